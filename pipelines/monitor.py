@@ -1,0 +1,54 @@
+"""MLflow tracking from the driver only: params once, metrics per step, sample rollouts as table artifacts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+PARAMS_PER_BATCH = 100
+PARAM_VALUE_LIMIT = 6000
+
+
+def default_tracking_uri(run_dir: Path) -> str:
+    """SQLite with an absolute path, so the store does not depend on the working directory."""
+    return f"sqlite:///{Path(run_dir).resolve() / 'mlflow.db'}"
+
+
+class MlflowMonitor:
+    def __init__(self, tracking_uri: str, experiment: str, run_name: str, artifact_root: Path):
+        import logging
+
+        from mlflow import MlflowClient
+
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.tracking_uri = tracking_uri
+        found = self.client.get_experiment_by_name(experiment)
+        if found is None:
+            location = Path(artifact_root).resolve().as_uri()
+            experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        else:
+            experiment_id = found.experiment_id
+        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+
+    def log_params(self, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:PARAM_VALUE_LIMIT]) for k, v in sorted(params.items())]
+        for start in range(0, len(items), PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=items[start : start + PARAMS_PER_BATCH])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]
+        )
+
+    def log_table(self, data: dict[str, list[Any]], artifact_file: str) -> None:
+        self.client.log_table(self.run_id, data=data, artifact_file=artifact_file)
+
+    def close(self, ok: bool) -> None:
+        self.client.set_terminated(self.run_id, status="FINISHED" if ok else "FAILED")

@@ -1,0 +1,75 @@
+"""Ray start-up and engine actors, with the settings that keep a 2-core laptop from starving."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from schemas.config import Config, RayConfig
+from schemas.errors import InputError
+
+NAMESPACE = "rftflow"
+
+
+def init_ray(cfg: RayConfig, address: str | None = None) -> None:
+    """Join `address` (a cluster) or start a local Ray with explicit CPUs and object store."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or cfg.address
+    common: dict[str, Any] = {"namespace": NAMESPACE, "logging_level": logging.WARNING, "log_to_driver": True}
+    if address:
+        ray.init(address=address, **common)
+    else:
+        ray.init(
+            num_cpus=cfg.num_cpus or max(4, os.cpu_count() or 1),
+            object_store_memory=cfg.object_store_memory_mib * 2**20,
+            include_dashboard=False,
+            **common,
+        )
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # rftflow draws its own bar, per step
+    context.verbose_stats_logs = False
+
+
+def check_model_dir(path: Path) -> None:
+    if not Path(path).is_dir():
+        raise InputError("model directory not found", file=str(path), field="model.model_path")
+    if not (Path(path) / "config.json").is_file():
+        raise InputError(
+            "not a Hugging Face model directory (no config.json)", file=str(path), field="model.model_path"
+        )
+
+
+def resolve_device(cfg: Config) -> str:
+    """`auto` means GPU when the Ray cluster has one (the driver itself may not)."""
+    import ray
+
+    device = cfg.explorer.rollout_model.device
+    if device == "auto":
+        device = "gpu" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
+    return device
+
+
+def start_engines(cfg: Config, run_name: str) -> list[Any]:
+    """Named, long-lived engine actors; waits until each has loaded its model, so start errors show here."""
+    import ray
+
+    from operators.engine import VLLMEngine
+
+    check_model_dir(cfg.model.model_path)
+    rollout = cfg.explorer.rollout_model.model_copy(update={"device": resolve_device(cfg)})
+    gpus = rollout.tensor_parallel_size if rollout.device == "gpu" else 0
+    actor = ray.remote(VLLMEngine)
+    engines = [
+        actor.options(name=f"{run_name}/engine-{i}", num_cpus=rollout.engine_cpus, num_gpus=gpus).remote(
+            str(cfg.model.model_path), rollout.model_dump(mode="json")
+        )
+        for i in range(rollout.engine_num)
+    ]
+    ray.get([engine.ready.remote() for engine in engines])
+    return engines

@@ -1,0 +1,175 @@
+"""The explorer's YAML configuration (pydantic). Field names follow Trinity-RFT where the meaning is the same.
+
+Unknown keys and wrong types are refused with the key's full dotted path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas.errors import InputError
+
+ASSETS = Path(__file__).resolve().parent.parent / "pipelines" / "assets"
+DEFAULT_MODEL = ASSETS / "tiny-arith-llama"
+DEFAULT_TRAIN = ASSETS / "tasksets" / "arith" / "train.jsonl"
+DEFAULT_EVAL = ASSETS / "tasksets" / "arith" / "eval.jsonl"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RolloutArgs(Strict):
+    """Sampling settings for one taskset; `n` is taken from repeat_times."""
+
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1)
+    max_tokens: int = Field(16, ge=1)
+    logprobs: int = Field(0, ge=0, description="extra top-k logprobs; the sampled token's is always kept")
+    seed: int | None = Field(
+        0, description="base sampling seed; each (task, run) derives its own. null: random"
+    )
+
+
+class FormatConfig(Strict):
+    prompt_key: str = "prompt"
+    response_key: str = "answer"
+    messages_key: str | None = None
+
+
+class TasksetConfig(Strict):
+    name: str = "arith"
+    path: Path = DEFAULT_TRAIN
+    format: FormatConfig = FormatConfig()
+    rollout_args: RolloutArgs = RolloutArgs()
+    repeat_times: int = Field(4, ge=1)
+    default_workflow_type: str = "math"
+    default_reward_fn_type: str = "math_accuracy"
+    workflow_args: dict[str, Any] = {}
+    reward_fn_args: dict[str, Any] = {}
+
+
+class ExplorerInput(Strict):
+    taskset: TasksetConfig = TasksetConfig()
+
+
+class BufferConfig(Strict):
+    batch_size: int = Field(8, ge=1, description="tasks per step")
+    total_epochs: int = Field(1, ge=1)
+    total_steps: int | None = Field(None, ge=1, description="stop after this many steps (null: all epochs)")
+    explorer_input: ExplorerInput = ExplorerInput()
+
+
+class ModelConfig(Strict):
+    model_path: Path = DEFAULT_MODEL
+
+
+class RolloutModelConfig(Strict):
+    engine_num: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+    device: Literal["auto", "cpu", "gpu"] = "auto"
+    dtype: str = "auto"
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="GPU only")
+    cpu_kvcache_space_gib: float = Field(1.0, gt=0.0, description="CPU only: KV cache size in GiB")
+    max_model_len: int = Field(256, ge=16)
+    enforce_eager: bool = True
+    seed: int = 0
+    engine_cpus: float = Field(1.0, gt=0.0, description="Ray CPUs reserved per engine actor")
+
+
+class ExplorerConfig(Strict):
+    rollout_model: RolloutModelConfig = RolloutModelConfig()
+    runner_per_model: int = Field(4, ge=1, description="rollout requests in flight per engine, in batches")
+    max_timeout: float = Field(900.0, gt=0.0, description="seconds per task attempt")
+    max_retry_times: int = Field(2, ge=0)
+
+
+class MonitorConfig(Strict):
+    mlflow_uri: str | None = Field(None, description="default: sqlite:///<abs run dir>/mlflow.db")
+    experiment: str = "rftflow"
+    sample_rollouts: int = Field(8, ge=0, description="rollouts per step kept in the MLflow samples table")
+
+
+class RayConfig(Strict):
+    address: str | None = None
+    num_cpus: int | None = Field(
+        None, ge=1, description="logical CPUs for a local cluster (default: max(4, cores))"
+    )
+    object_store_memory_mib: int = Field(512, ge=64)
+
+
+class Config(Strict):
+    project: str = "rftflow"
+    name: str = "explore"
+    model: ModelConfig = ModelConfig()
+    buffer: BufferConfig = BufferConfig()
+    explorer: ExplorerConfig = ExplorerConfig()
+    monitor: MonitorConfig = MonitorConfig()
+    ray: RayConfig = RayConfig()
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    node = tree
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise InputError(f"cannot set '{dotted}': '{key}' is not a section", field=dotted)
+        node = child
+    node[leaf] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=c` with c read as YAML, so numbers, booleans and null have their usual types."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"expected key=value, got '{text}'", field="--set")
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def load_config(path: Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read YAML (optional), apply `--set` overrides, validate; errors name the file and the key path."""
+    import yaml
+
+    tree: dict[str, Any] = {}
+    source = str(path) if path else "--set"
+    if path is not None:
+        if not Path(path).is_file():
+            raise InputError("config file not found", file=str(path))
+        try:
+            tree = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise InputError(f"not valid YAML: {exc}", file=str(path)) from None
+        if not isinstance(tree, dict):
+            raise InputError("the top level must be a mapping", file=str(path))
+    for text in overrides or []:
+        key, value = parse_override(text)
+        _set_path(tree, key, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise InputError(f"{first['msg']}{more}", file=source, field=key) from None
+
+
+def flatten(config: Config) -> dict[str, str]:
+    """Dotted key → value, for MLflow params."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = str(value)
+
+    walk("", config.model_dump(mode="json"))
+    return out

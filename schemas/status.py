@@ -1,0 +1,78 @@
+"""Status of one task attempt group, and the per-task result row the rollout operator emits.
+
+Every dispatched task yields exactly one result row, ok or not, so a failed task is counted, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from schemas.experience import EXPERIENCE_SCHEMA, Experience
+
+
+@dataclass
+class Status:
+    ok: bool
+    metric: dict[str, float] = field(default_factory=dict)
+    message: str | None = None
+    attempts: int = 1
+    runner: str = ""
+
+
+RESULT_SCHEMA = pa.schema(
+    [
+        ("task_uid", pa.string()),
+        ("taskset", pa.string()),
+        ("step", pa.int64()),
+        ("is_eval", pa.bool_()),
+        ("ok", pa.bool_()),
+        ("metric", pa.string()),
+        ("message", pa.string()),
+        ("attempts", pa.int32()),
+        ("runner", pa.string()),
+        ("task_run_time", pa.float64()),
+        ("experiences", pa.list_(pa.struct(list(EXPERIENCE_SCHEMA)))),
+    ]
+)
+
+
+def result_row(
+    *,
+    task_uid: str,
+    taskset: str,
+    step: int,
+    is_eval: bool,
+    status: Status,
+    task_run_time: float,
+    experiences: list[Experience],
+) -> dict[str, Any]:
+    return {
+        "task_uid": task_uid,
+        "taskset": taskset,
+        "step": step,
+        "is_eval": is_eval,
+        "ok": status.ok,
+        "metric": json.dumps(status.metric, sort_keys=True),
+        "message": status.message,
+        "attempts": status.attempts,
+        "runner": status.runner,
+        "task_run_time": task_run_time,
+        "experiences": [e.to_row() for e in experiences],
+    }
+
+
+def results_to_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
+
+
+def flatten_experiences(results: pa.Table) -> pa.Table:
+    """The Experience rows inside a result table, as a flat table ready for a sink."""
+    column = results.column("experiences").combine_chunks()
+    flat = column.flatten() if len(column) else pa.array([], type=column.type.value_type)
+    if isinstance(flat, pa.ChunkedArray):
+        flat = flat.combine_chunks()
+    return pa.Table.from_struct_array(flat).cast(EXPERIENCE_SCHEMA)

