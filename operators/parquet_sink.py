@@ -78,6 +78,9 @@ class ParquetSink:
 
     def commit_step(self, step: int, fragments: set[str]) -> Path:
         """Keep exactly the named fragments of `step` and publish them in one rename."""
+        final = self.root / step_dirname(step)
+        if final.exists():
+            raise RuntimeError(f"step {step} is already committed at {final}")
         pending = self.root / PENDING / step_dirname(step)
         pending.mkdir(parents=True, exist_ok=True)
         present = {p.name for p in pending.iterdir()}
@@ -86,9 +89,6 @@ class ParquetSink:
             raise RuntimeError(f"step {step}: fragments reported but not on disk: {sorted(missing)}")
         for name in present - fragments:  # leftovers of a retried writer, or partial files
             (pending / name).unlink()
-        final = self.root / step_dirname(step)
-        if final.exists():
-            raise RuntimeError(f"step {step} is already committed at {final}")
         os.replace(pending, final)
         return final
 

@@ -7,6 +7,7 @@ before any step is committed; the Ray Data read then streams the same rows in bo
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,11 @@ def iter_raw_rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(row number, record) pairs; jsonl rows are numbered by line (1-based), Parquet rows from 1."""
     if file.suffix == ".parquet":
         number = 0
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=BLOCK_ROWS):
+        try:
+            parquet = pq.ParquetFile(file)
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"not a readable Parquet file: {exc}", file=str(file)) from None
+        for batch in parquet.iter_batches(batch_size=BLOCK_ROWS):
             for record in batch.to_pylist():
                 number += 1
                 yield number, record
@@ -54,7 +59,7 @@ def iter_raw_rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw.decode("utf-8"))
+                record = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError as exc:
                 raise InputError(
                     f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(file), row=number
@@ -100,6 +105,8 @@ def extract_fields(
         raise fail("missing", fmt.response_key)
     if isinstance(truth, bool) or not isinstance(truth, str | int | float):
         raise fail(f"expected a string or number, got {type(truth).__name__}", fmt.response_key)
+    if isinstance(truth, float) and not math.isfinite(truth):
+        raise fail(f"expected a finite number, got {truth}", fmt.response_key)
     return prompt, messages, str(truth)
 
 

@@ -128,8 +128,12 @@ def explore(
     ray_address: str | None = None,
     mlflow_uri: str | None = None,
     progress: bool = True,
+    engines: list | None = None,
 ) -> Summary:
-    """One explore run: validate input, start engines, stream steps, commit and log each, summarise."""
+    """One explore run: validate input, start engines, stream steps, commit and log each, summarise.
+
+    `engines` lets a caller (a benchmark, a test) reuse warm engine actors; they are then left running.
+    """
     from tqdm import tqdm
 
     from operators.parquet_sink import ParquetSink
@@ -138,7 +142,7 @@ def explore(
     from pipelines.dataflow import rollout_dataset
     from pipelines.metrics import sample_table, step_metrics
     from pipelines.monitor import MlflowMonitor, default_tracking_uri
-    from pipelines.runtime import check_model_dir, init_ray, start_engines
+    from pipelines.runtime import check_model_dir, init_ray, start_engines, stop_engines
 
     buffer = cfg.buffer
     taskset = buffer.explorer_input.taskset
@@ -150,9 +154,11 @@ def explore(
     monitor = MlflowMonitor(tracking_uri, cfg.monitor.experiment, run_dir.name, run_dir / "mlartifacts")
     monitor.log_params(flatten(cfg))
     ok = False
+    owned: list = []
     try:
         init_ray(cfg.ray, ray_address)
-        engines = start_engines(cfg, run_dir.name)
+        if engines is None:
+            engines = owned = start_engines(cfg, run_dir.name)
         committer = StepCommitter(plan, sink)
         started = time.monotonic()
         rewards = tokens = experiences = failed = 0.0
@@ -197,6 +203,7 @@ def explore(
             mlflow_run_id=monitor.run_id,
         )
     finally:
+        stop_engines(owned)
         sink.discard_pending()  # uncommitted fragments are never experiences
         monitor.close(ok)
 

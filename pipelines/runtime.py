@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -71,5 +72,19 @@ def start_engines(cfg: Config, run_name: str) -> list[Any]:
         )
         for i in range(rollout.engine_num)
     ]
-    ray.get([engine.ready.remote() for engine in engines])
+    try:
+        ray.get([engine.ready.remote() for engine in engines])
+    except BaseException:
+        stop_engines(engines)
+        raise
     return engines
+
+
+def stop_engines(engines: list[Any]) -> None:
+    """Free the engines' memory now rather than when the driver exits; vLLM's own shutdown ends its core."""
+    import ray
+
+    with contextlib.suppress(Exception):  # a dead or stuck engine is killed below all the same
+        ray.get([engine.shutdown.remote() for engine in engines], timeout=30)
+    for engine in engines:
+        ray.kill(engine)

@@ -19,7 +19,8 @@ DEFAULT_EVAL = ASSETS / "tasksets" / "arith" / "eval.jsonl"
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Numbers given for text fields (`--set name=2024`) are kept as text, as a user would expect.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
 
 
 class RolloutArgs(Strict):

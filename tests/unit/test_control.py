@@ -1,0 +1,109 @@
+"""StepCommitter: steps commit in order, once, when all their tasks have reported (ok or failed)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from unit_factories import make_results
+
+from operators.parquet_sink import ParquetSink, write_fragments
+from operators.taskset_reader import TasksetPlan
+from pipelines.control import StepCommitter
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def committer(tmp_path, clock):
+    """10 tasks, 4 per step: steps of 4, 4 and 2 tasks."""
+    plan = TasksetPlan(files=(("tasks.jsonl", 10),), batch_size=4, total_epochs=1, total_steps=None)
+    return StepCommitter(plan, ParquetSink(tmp_path / "experiences"), clock=clock)
+
+
+def report(committer: StepCommitter, spec: list[tuple[str, int, int]]):
+    """Write the tasks' fragments like a writer stage would and hand the records to the committer."""
+    return committer.add(write_fragments(make_results(spec), str(committer.sink.root)))
+
+
+def tasks(step: int, uids: str, n_experiences: int = 1) -> list[tuple[str, int, int]]:
+    return [(uid, step, n_experiences) for uid in uids]
+
+
+def test_out_of_order_steps_wait_for_earlier_steps(committer, clock):
+    assert report(committer, tasks(2, "efgh")) == []
+    assert report(committer, tasks(1, "abc")) == []
+    assert committer.sink.committed_steps() == []
+    clock.now += 5.0
+    done = report(committer, tasks(1, "d"))
+    assert [c.step for c in done] == [1, 2]
+    assert committer.sink.committed_steps() == [1, 2]
+    assert sorted(done[0].records.column("task_uid").to_pylist()) == list("abcd")
+    assert sorted(done[1].experiences.column("uid").to_pylist()) == [f"{u}/0" for u in "efgh"]
+    assert [c.seconds for c in done] == [5.0, 0.0]
+    assert committer.next_step == 3 and not committer.done
+
+
+def test_done_after_the_final_partial_step(committer, clock):
+    report(committer, tasks(1, "abcd"))
+    report(committer, tasks(2, "efgh", n_experiences=2))
+    clock.now += 2.5
+    assert report(committer, tasks(3, "i")) == []
+    assert not committer.done
+    clock.now += 1.0
+    done = report(committer, tasks(3, "j", n_experiences=3))
+    assert [c.step for c in done] == [3]
+    assert done[0].seconds == 3.5
+    assert done[0].experiences.num_rows == 4
+    assert committer.done
+
+
+def test_a_batch_may_complete_several_steps_and_failed_tasks_count(committer):
+    records = write_fragments(
+        make_results([*tasks(1, "abc"), ("d", 1, 0), *tasks(2, "efg", 0), ("h", 2, 2)]),
+        str(committer.sink.root),
+    )
+    done = committer.add(records)
+    assert [c.step for c in done] == [1, 2]
+    assert done[0].experiences.num_rows == 3 and done[1].experiences.num_rows == 2
+    assert done[1].records.column("ok").to_pylist().count(False) == 3
+
+
+def test_a_step_of_failed_tasks_commits_empty(committer):
+    done = report(committer, tasks(1, "abcd", n_experiences=0))
+    assert [c.step for c in done] == [1]
+    assert done[0].experiences.num_rows == 0 and done[0].records.num_rows == 4
+
+
+@pytest.mark.parametrize(
+    "batches",
+    [
+        [tasks(2, "e"), tasks(2, "e")],
+        [tasks(2, "ee")],
+        [tasks(1, "abcd"), tasks(1, "a")],
+    ],
+    ids=["across-batches", "within-a-batch", "after-commit"],
+)
+def test_a_task_reported_twice_raises(committer, batches):
+    *before, last = batches
+    for spec in before:
+        report(committer, spec)
+    with pytest.raises(RuntimeError, match="a task reported twice"):
+        report(committer, last)
+
+
+def test_an_empty_batch_commits_nothing(committer):
+    empty = write_fragments(make_results([]), str(committer.sink.root))
+    assert isinstance(empty, pa.Table) and empty.num_rows == 0
+    assert committer.add(empty) == []
+    assert committer.next_step == 1

@@ -1,0 +1,91 @@
+"""Reward functions: math-verify equivalence on the <answer> span, and the format check."""
+
+from __future__ import annotations
+
+import pytest
+
+from operators.rewards import REWARD_FNS, extract_answer, format_reward, get_reward_fn, math_accuracy
+
+
+@pytest.mark.parametrize(
+    ("response", "truth", "expected"),
+    [
+        ("<answer>68</answer>", "68", 1.0),
+        ("<answer>67</answer>", "68", 0.0),
+        ("<answer>-7</answer>", "-7", 1.0),
+        ("<answer>7</answer>", "-7", 0.0),
+        ("<answer>-7</answer>", "7", 0.0),
+        ("<answer>0.5</answer>", "1/2", 1.0),
+        ("<answer>1</answer> no wait <answer>2</answer>", "2", 1.0),
+        ("<answer>1</answer> no wait <answer>2</answer>", "1", 0.0),
+        ("68", "68", 1.0),
+        ("The answer is 68", "68", 1.0),
+        ("I do not know", "68", 0.0),
+        ("<answer></answer>", "0", 0.0),
+    ],
+    ids=[
+        "right",
+        "wrong",
+        "negative",
+        "sign-dropped",
+        "sign-added",
+        "equivalent-fraction",
+        "last-tag-counts",
+        "earlier-tag-ignored",
+        "no-tag-bare",
+        "no-tag-sentence",
+        "no-number",
+        "empty-tag",
+    ],
+)
+def test_math_accuracy(response, truth, expected):
+    assert math_accuracy(response, truth) == {"reward": expected, "accuracy": expected}
+
+
+def test_extract_answer_takes_the_last_tag_or_the_whole_text():
+    assert extract_answer("x <answer> 3 </answer> y <answer>4</answer>") == "4"
+    assert extract_answer("<answer>multi\nline</answer>") == "multi\nline"
+    assert extract_answer("no tags at all") == "no tags at all"
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("<answer>68</answer>", 1.0),
+        ("  <answer>68</answer>\n", 1.0),
+        ("The answer is <answer>68</answer>", 0.0),
+        ("<answer>68</answer> done", 0.0),
+        ("<answer>1</answer><answer>2</answer>", 0.0),
+        ("68", 0.0),
+    ],
+    ids=["exact", "surrounding-space", "text-before", "text-after", "two-blocks", "no-tag"],
+)
+def test_format_reward(response, expected):
+    assert format_reward(response, "68") == {"reward": expected, "format": expected}
+
+
+def test_registry_and_unknown_names():
+    assert get_reward_fn("math_accuracy") is math_accuracy
+    assert get_reward_fn("format") is format_reward
+    with pytest.raises(KeyError) as info:
+        get_reward_fn("nope")
+    message = str(info.value)
+    assert "unknown reward function 'nope'" in message
+    assert all(name in message for name in REWARD_FNS)
+    assert "format" in message and "math_accuracy" in message
+
+
+def test_register_refuses_a_second_function_under_a_taken_name(monkeypatch):
+    from operators import rewards
+
+    monkeypatch.setattr(rewards, "REWARD_FNS", dict(REWARD_FNS))
+    with pytest.raises(ValueError, match="'format' is already registered"):
+        rewards.register_reward("format")(lambda response, truth: {"reward": 0.0})
+    assert rewards.register_reward("format")(format_reward) is format_reward  # same function: no-op
+
+    def always(response, truth):
+        return {"reward": 1.0}
+
+    rewards.register_reward("always")(always)
+    assert rewards.get_reward_fn("always")("x", "y") == {"reward": 1.0}
+    assert "always" not in REWARD_FNS  # the real registry is untouched

@@ -1,0 +1,63 @@
+"""Factories shared by the unit tests: experiences, per-task result rows, taskset records.
+
+Plain Python + pyarrow only: no Ray, no vLLM. Named distinctively so it cannot clash with other test dirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from schemas.experience import Experience
+from schemas.status import Status, result_row, results_to_table
+
+
+def make_experience(task_uid: str = "t/e0/0", run_id: int = 0, **overrides: Any) -> Experience:
+    """A valid experience; `n_tokens` sets the response length, other keywords override fields."""
+    n = overrides.pop("n_tokens", 3)
+    fields: dict[str, Any] = {
+        "task_uid": task_uid,
+        "run_id": run_id,
+        "step": 1,
+        "taskset": "t",
+        "model_version": 0,
+        "prompt_ids": [1, 2],
+        "response_ids": list(range(10, 10 + n)),
+        "logprobs": [-0.5] * n,
+        "reward": 1.0,
+        "response_text": "<answer>1</answer>",
+        "truth": "1",
+        "finish_reason": "stop",
+        "reward_parts": {"accuracy": 1.0},
+    }
+    fields.update(overrides)
+    return Experience(**fields)
+
+
+def make_result(
+    task_uid: str, step: int = 1, n_experiences: int = 2, ok: bool = True, message: str | None = None
+) -> dict[str, Any]:
+    """One result row as the rollout operator emits it, with `n_experiences` runs of the task."""
+    experiences = [make_experience(task_uid, run, step=step) for run in range(n_experiences)]
+    return result_row(
+        task_uid=task_uid,
+        taskset="t",
+        step=step,
+        is_eval=False,
+        status=Status(ok=ok, message=message),
+        task_run_time=0.25,
+        experiences=experiences,
+    )
+
+
+def make_results(spec: list[tuple[str, int, int]]) -> pa.Table:
+    """A result table from (task_uid, step, n_experiences); a task with no experiences is a failed one."""
+    return results_to_table(
+        [make_result(uid, step, n, ok=n > 0, message=None if n else "boom") for uid, step, n in spec]
+    )
+
+
+def qa_rows(n: int, start: int = 0) -> list[dict[str, str]]:
+    """n simple prompt/answer records."""
+    return [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(start, start + n)]
