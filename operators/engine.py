@@ -49,7 +49,7 @@ def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
     env["HF_HUB_OFFLINE"] = "1"
     if not gpu:
         # On CPU gpu_memory_utilization is a fraction of RAM and its default fails; size the KV cache instead.
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.cpu_kvcache_space_gib)))
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_space_gib)
     return env
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -121,6 +121,62 @@ def prepare_run_dir(run_dir: Path, cfg: Config) -> Path:
     return run_dir
 
 
+@dataclass
+class Totals:
+    """Running totals over committed steps, for the progress bar and the closing summary."""
+
+    started: float = field(default_factory=time.monotonic)
+    experiences: int = 0
+    rewards: float = 0.0
+    tokens: int = 0
+    failed: int = 0
+
+    def add(self, experiences: pa.Table, metrics: dict[str, float]) -> None:
+        self.experiences += len(experiences)
+        self.rewards += pc.sum(experiences.column("reward")).as_py() or 0.0
+        self.tokens += pc.sum(pc.list_value_length(experiences.column("response_ids"))).as_py() or 0
+        self.failed += int(metrics["rollout/failed_tasks"])
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(time.monotonic() - self.started, 1e-9)
+
+
+def stream_steps(cfg: Config, plan, engines: list, sink, monitor, progress: bool) -> Totals:
+    """Drive the dataflow; commit, log and report each step once it and every earlier one are complete."""
+    from tqdm import tqdm
+
+    from pipelines.control import StepCommitter
+    from pipelines.dataflow import rollout_dataset
+    from pipelines.metrics import sample_table, step_metrics
+
+    committer = StepCommitter(plan, sink)
+    totals = Totals()
+    bar = tqdm(total=plan.total_tasks, unit="task", desc="explore", disable=not progress, dynamic_ncols=True)
+    dataset = rollout_dataset(cfg, plan, engines, sink.root)
+    for records in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+        bar.update(len(records))
+        for done in committer.add(records):
+            metrics = step_metrics(done.experiences, done.records, done.seconds)
+            monitor.log_metrics(metrics, done.step)
+            if cfg.monitor.sample_rollouts and len(done.experiences):
+                sample = sample_table(done.experiences, cfg.monitor.sample_rollouts)
+                monitor.log_table(sample, f"samples/step_{done.step:06d}.json")
+            totals.add(done.experiences, metrics)
+            for message in failure_messages(done.records):
+                bar.write(f"step {done.step}: task failed: {message}", file=sys.stderr)
+            reward = metrics.get("rollout/reward/mean", float("nan"))
+            bar.set_postfix(
+                step=f"{done.step}/{plan.num_steps}",
+                tok_s=f"{totals.tokens_per_s:.0f}",
+                reward=f"{reward:.2f}",
+            )
+    bar.close()
+    if not committer.done:
+        raise RuntimeError(f"the stream ended before step {committer.next_step} was complete")
+    return totals
+
+
 def explore(
     cfg: Config,
     run_dir: Path,
@@ -133,79 +189,53 @@ def explore(
     """One explore run: validate input, start engines, stream steps, commit and log each, summarise.
 
     `engines` lets a caller (a benchmark, a test) reuse warm engine actors; they are then left running.
+    Input errors surface before any engine starts; a failed run keeps its committed steps and nothing else.
     """
-    from tqdm import tqdm
-
     from operators.parquet_sink import ParquetSink
     from operators.taskset_reader import plan_taskset
-    from pipelines.control import StepCommitter
-    from pipelines.dataflow import rollout_dataset
-    from pipelines.metrics import sample_table, step_metrics
     from pipelines.monitor import MlflowMonitor, default_tracking_uri
-    from pipelines.runtime import check_model_dir, init_ray, start_engines, stop_engines
+    from pipelines.runtime import check_model_dir, init_ray, launch_engines, stop_engines, wait_engines
 
     buffer = cfg.buffer
-    taskset = buffer.explorer_input.taskset
-    plan = plan_taskset(taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps)
+    plan = plan_taskset(
+        buffer.explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps
+    )
     check_model_dir(cfg.model.model_path)
     run_dir = prepare_run_dir(run_dir, cfg)
     sink = ParquetSink(run_dir / "experiences")
     tracking_uri = mlflow_uri or cfg.monitor.mlflow_uri or default_tracking_uri(run_dir)
-    monitor = MlflowMonitor(tracking_uri, cfg.monitor.experiment, run_dir.name, run_dir / "mlartifacts")
-    monitor.log_params(flatten(cfg))
-    ok = False
     owned: list = []
+    monitor = None
     try:
         init_ray(cfg.ray, ray_address)
         if engines is None:
-            engines = owned = start_engines(cfg, run_dir.name)
-        committer = StepCommitter(plan, sink)
-        started = time.monotonic()
-        rewards = tokens = experiences = failed = 0.0
-        bar = tqdm(
-            total=plan.total_tasks, unit="task", desc="explore", disable=not progress, dynamic_ncols=True
-        )
-        for records in rollout_dataset(cfg, plan, engines, sink.root).iter_batches(
-            batch_format="pyarrow", batch_size=None
-        ):
-            bar.update(len(records))
-            for done in committer.add(records):
-                metrics = step_metrics(done.experiences, done.records, done.seconds)
-                monitor.log_metrics(metrics, done.step)
-                if cfg.monitor.sample_rollouts and len(done.experiences):
-                    sample = sample_table(done.experiences, cfg.monitor.sample_rollouts)
-                    monitor.log_table(sample, f"samples/step_{done.step:06d}.json")
-                experiences += len(done.experiences)
-                rewards += pc.sum(done.experiences.column("reward")).as_py() or 0.0
-                tokens += pc.sum(pc.list_value_length(done.experiences.column("response_ids"))).as_py() or 0
-                failed += metrics["rollout/failed_tasks"]
-                for message in failure_messages(done.records):
-                    bar.write(f"step {done.step}: task failed: {message}", file=sys.stderr)
-                bar.set_postfix(
-                    step=f"{done.step}/{plan.num_steps}",
-                    tok_s=f"{tokens / (time.monotonic() - started):.0f}",
-                    reward=f"{metrics.get('rollout/reward/mean', float('nan')):.2f}",
-                )
-        bar.close()
-        if not committer.done:
-            raise RuntimeError(f"the stream ended before step {committer.next_step} was complete")
-        seconds = time.monotonic() - started
-        ok = True
-        return Summary(
-            steps=plan.num_steps,
-            experiences=int(experiences),
-            failed_tasks=int(failed),
-            mean_reward=rewards / experiences if experiences else float("nan"),
-            tokens_per_s=tokens / seconds,
-            seconds=seconds,
-            run_dir=run_dir,
-            tracking_uri=tracking_uri,
-            mlflow_run_id=monitor.run_id,
-        )
+            engines = owned = launch_engines(cfg, run_dir.name)
+        # The tracking store is set up while the engines load their model.
+        experiment = cfg.monitor.experiment or cfg.project
+        monitor = MlflowMonitor(tracking_uri, experiment, run_dir.name, run_dir / "mlartifacts")
+        monitor.log_params(flatten(cfg))
+        wait_engines(engines)
+        totals = stream_steps(cfg, plan, engines, sink, monitor, progress)
+        monitor.close(ok=True)
+    except BaseException:
+        if monitor is not None:
+            monitor.close(ok=False)
+        raise
     finally:
         stop_engines(owned)
         sink.discard_pending()  # uncommitted fragments are never experiences
-        monitor.close(ok)
+    seconds = time.monotonic() - totals.started
+    return Summary(
+        steps=plan.num_steps,
+        experiences=totals.experiences,
+        failed_tasks=totals.failed,
+        mean_reward=totals.rewards / totals.experiences if totals.experiences else float("nan"),
+        tokens_per_s=totals.tokens / seconds,
+        seconds=seconds,
+        run_dir=run_dir,
+        tracking_uri=tracking_uri,
+        mlflow_run_id=monitor.run_id,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

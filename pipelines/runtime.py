@@ -56,8 +56,8 @@ def resolve_device(cfg: Config) -> str:
     return device
 
 
-def start_engines(cfg: Config, run_name: str) -> list[Any]:
-    """Named, long-lived engine actors; waits until each has loaded its model, so start errors show here."""
+def launch_engines(cfg: Config, run_name: str) -> list[Any]:
+    """Create the named, long-lived engine actors; they load the model in the background."""
     import ray
 
     from operators.engine import VLLMEngine
@@ -66,14 +66,26 @@ def start_engines(cfg: Config, run_name: str) -> list[Any]:
     rollout = cfg.explorer.rollout_model.model_copy(update={"device": resolve_device(cfg)})
     gpus = rollout.tensor_parallel_size if rollout.device == "gpu" else 0
     actor = ray.remote(VLLMEngine)
-    engines = [
+    return [
         actor.options(name=f"{run_name}/engine-{i}", num_cpus=rollout.engine_cpus, num_gpus=gpus).remote(
             str(cfg.model.model_path), rollout.model_dump(mode="json")
         )
         for i in range(rollout.engine_num)
     ]
+
+
+def wait_engines(engines: list[Any]) -> None:
+    """Block until every engine has loaded its model, so start errors surface here with their reason."""
+    import ray
+
+    ray.get([engine.ready.remote() for engine in engines])
+
+
+def start_engines(cfg: Config, run_name: str) -> list[Any]:
+    """Launch and wait; engines that fail to start are not left behind."""
+    engines = launch_engines(cfg, run_name)
     try:
-        ray.get([engine.ready.remote() for engine in engines])
+        wait_engines(engines)
     except BaseException:
         stop_engines(engines)
         raise

@@ -75,7 +75,7 @@ class RolloutModelConfig(Strict):
     device: Literal["auto", "cpu", "gpu"] = "auto"
     dtype: str = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="GPU only")
-    cpu_kvcache_space_gib: float = Field(1.0, gt=0.0, description="CPU only: KV cache size in GiB")
+    cpu_kvcache_space_gib: int = Field(1, ge=1, description="CPU only: KV cache size in GiB")
     max_model_len: int = Field(256, ge=16)
     enforce_eager: bool = True
     seed: int = 0
@@ -91,7 +91,7 @@ class ExplorerConfig(Strict):
 
 class MonitorConfig(Strict):
     mlflow_uri: str | None = Field(None, description="default: sqlite:///<abs run dir>/mlflow.db")
-    experiment: str = "rftflow"
+    experiment: str | None = Field(None, description="MLflow experiment (default: the config's `project`)")
     sample_rollouts: int = Field(8, ge=0, description="rollouts per step kept in the MLflow samples table")
 
 
@@ -104,8 +104,8 @@ class RayConfig(Strict):
 
 
 class Config(Strict):
-    project: str = "rftflow"
-    name: str = "explore"
+    project: str = Field("rftflow", description="MLflow experiment name unless monitor.experiment is set")
+    name: str = Field("explore", description="run name; the default run dir is runs/<name>-<timestamp>")
     model: ModelConfig = ModelConfig()
     buffer: BufferConfig = BufferConfig()
     explorer: ExplorerConfig = ExplorerConfig()

@@ -1,0 +1,154 @@
+"""Generated tokens/s through the full explore pipeline vs direct `AsyncLLM` calls, same prompts and sampling.
+
+Both sides use a warm engine with the same config, and engine start-up is excluded. The pipeline is reported
+twice: end to end (its own start-up included: Ray Data actor pool, MLflow run) and warm, over steps 2..N
+(from step 1's commit to the last, read from the run's `time/step` metric). Target: warm ratio >= 0.90.
+
+    python benchmarks/pipeline_vs_engine.py [--tasks 256] [--repeat 4] [--max-tokens 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tasks", type=int, default=256, help="tasks (prompts) per side")
+    parser.add_argument("--repeat", type=int, default=4, help="samples per prompt (repeat_times / n)")
+    parser.add_argument("--max-tokens", type=int, default=16, help="max generated tokens per sample")
+    parser.add_argument("--batch-size", type=int, default=32, help="tasks per step in the pipeline")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides")
+    return parser.parse_args()
+
+
+def bench_config(args: argparse.Namespace):
+    from schemas.config import load_config
+
+    steps = -(-args.tasks // args.batch_size)
+    return load_config(
+        None,
+        [
+            f"buffer.batch_size={args.batch_size}",
+            f"buffer.total_steps={steps}",
+            f"buffer.explorer_input.taskset.repeat_times={args.repeat}",
+            f"buffer.explorer_input.taskset.rollout_args.max_tokens={args.max_tokens}",
+            "monitor.sample_rollouts=0",
+            *args.overrides,
+        ],
+    )
+
+
+def first_tasks(cfg, count: int):
+    from operators.taskset_reader import iter_task_tables, plan_taskset
+    from schemas.task import tasks_from_table
+
+    buffer = cfg.buffer
+    plan = plan_taskset(
+        buffer.explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps
+    )
+    tasks = []
+    for table in iter_task_tables(buffer.explorer_input.taskset, plan, 0, 0):
+        tasks.extend(tasks_from_table(table))
+    return tasks[:count]
+
+
+async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
+    """Requests straight into an in-process AsyncLLM, with as many in flight as the pipeline allows."""
+    from operators.engine import VLLMEngine
+    from operators.engine_client import derive_seed, sampling_params
+    from operators.workflows.math import task_messages
+
+    engine = VLLMEngine(str(cfg.model.model_path), cfg.explorer.rollout_model.model_dump(mode="json"))
+    try:
+        prompts = [engine.render_chat(task_messages(t)) for t in tasks]
+        params = [
+            sampling_params(
+                t.rollout_args, t.repeat_times, derive_seed(t.rollout_args.get("seed"), t.task_uid, 0)
+            )
+            for t in tasks
+        ]
+        await asyncio.gather(*(engine.generate(p, s) for p, s in zip(prompts[:8], params[:8], strict=True)))
+        gate = asyncio.Semaphore(in_flight)
+
+        async def one(prompt: list[int], sampling: dict) -> dict:
+            async with gate:
+                return await engine.generate(prompt, sampling)
+
+        started = time.perf_counter()
+        outs = await asyncio.gather(*(one(p, s) for p, s in zip(prompts, params, strict=True)))
+        seconds = time.perf_counter() - started
+    finally:
+        engine.shutdown()
+    return sum(len(s["response_ids"]) for o in outs for s in o["samples"]), seconds
+
+
+def pipeline(cfg, run_dir: Path) -> tuple[int, float, int, float]:
+    """(tokens, seconds) end to end, then (tokens, seconds) over steps 2..N."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    import ray
+    from mlflow import MlflowClient
+
+    from pipelines.explore import explore
+    from pipelines.runtime import init_ray, start_engines, stop_engines
+
+    init_ray(cfg.ray)
+    engines = start_engines(cfg, "bench")
+    try:
+        ray.get([e.chat.remote([{"role": "user", "content": "What is 1 + 1?"}], {"n": 2}) for e in engines])
+        started = time.perf_counter()
+        summary = explore(cfg, run_dir, progress=False, engines=engines)
+        seconds = time.perf_counter() - started
+    finally:
+        stop_engines(engines)
+    table = pq.read_table(run_dir / "experiences")
+    lengths = pc.list_value_length(table.column("response_ids"))
+    warm_tokens = pc.sum(pc.filter(lengths, pc.greater(table.column("step"), 1))).as_py()
+    history = MlflowClient(summary.tracking_uri).get_metric_history(summary.mlflow_run_id, "time/step")
+    warm_seconds = sum(m.value for m in history if m.step > 1)
+    return pc.sum(lengths).as_py(), seconds, warm_tokens, warm_seconds
+
+
+def main() -> None:
+    args = parse_args()
+    cfg = bench_config(args)
+    tasks = first_tasks(cfg, args.tasks)
+    in_flight = cfg.explorer.runner_per_model * cfg.buffer.batch_size * cfg.explorer.rollout_model.engine_num
+    direct_tokens, direct_s = asyncio.run(direct(cfg, tasks, in_flight))
+    with tempfile.TemporaryDirectory() as tmp:
+        pipe_tokens, pipe_s, warm_tokens, warm_s = pipeline(cfg, Path(tmp) / "bench")
+    direct_rate, pipe_rate, warm_rate = direct_tokens / direct_s, pipe_tokens / pipe_s, warm_tokens / warm_s
+    result = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "tasks": len(tasks),
+        "requests_in_flight": in_flight,
+        "repeat": args.repeat,
+        "max_tokens": args.max_tokens,
+        "direct_tokens": direct_tokens,
+        "direct_s": round(direct_s, 2),
+        "direct_tokens_per_s": round(direct_rate, 1),
+        "pipeline_tokens": pipe_tokens,
+        "pipeline_s": round(pipe_s, 2),
+        "pipeline_tokens_per_s": round(pipe_rate, 1),
+        "pipeline_warm_tokens_per_s": round(warm_rate, 1),
+        "ratio_end_to_end": round(pipe_rate / direct_rate, 3),
+        "ratio_warm": round(warm_rate / direct_rate, 3),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
