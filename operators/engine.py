@@ -42,11 +42,7 @@ def use_gpu(cfg: RolloutModelConfig) -> bool:
 
 def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
     """Environment an engine process needs before vLLM is imported."""
-    env = {
-        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    env["HF_HUB_OFFLINE"] = "1"
+    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     if not gpu:
         # On CPU gpu_memory_utilization is a fraction of RAM and its default fails; size the KV cache instead.
         env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_space_gib)

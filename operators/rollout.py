@@ -1,13 +1,12 @@
 """The rollout operator: a Ray Data async actor pool that forwards each Task row to an engine actor.
 
-Pool actors hold only engine handles; all state worth keeping lives in the engines and on the driver.
+Pool actors hold only engine handles (looked up by name); state worth keeping lives in engines and the driver.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
 
 import pyarrow as pa
 
@@ -20,8 +19,14 @@ from schemas.task import tasks_from_table
 class RolloutOperator:
     """`map_batches` callable: Task table in, result table (status + experiences per task) out."""
 
-    def __init__(self, engines: list[Any], max_timeout: float, max_retry_times: int):
-        self.clients = [EngineClient(engine, name=f"engine-{i}") for i, engine in enumerate(engines)]
+    def __init__(self, engine_names: list[str], max_timeout: float, max_retry_times: int):
+        import ray
+
+        from pipelines.runtime import NAMESPACE
+
+        self.clients = [
+            EngineClient(ray.get_actor(name, namespace=NAMESPACE), name=name) for name in engine_names
+        ]
         self.turn = itertools.cycle(range(len(self.clients)))
         self.max_timeout = max_timeout
         self.max_retry_times = max_retry_times

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import ray
 
@@ -16,21 +15,23 @@ from schemas.config import Config
 FORWARDER_CPUS = 0.25  # forwarding actors mostly wait; whole CPUs for them would starve the read tasks
 
 
-def rollout_dataset(cfg: Config, plan: TasksetPlan, engines: list[Any], sink_root: Path) -> ray.data.Dataset:
+def rollout_dataset(
+    cfg: Config, plan: TasksetPlan, engine_names: list[str], sink_root: Path
+) -> ray.data.Dataset:
     """A lazy dataset whose rows are per-task records of the sink (one per dispatched task)."""
     explorer = cfg.explorer
     tasks = ray.data.read_datasource(TasksetDatasource(cfg.buffer.explorer_input.taskset, plan))
     results = tasks.map_batches(
         RolloutOperator,
         fn_constructor_kwargs={
-            "engines": engines,
+            "engine_names": engine_names,
             "max_timeout": explorer.max_timeout,
             "max_retry_times": explorer.max_retry_times,
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(
-            size=len(engines),
+            size=len(engine_names),
             max_tasks_in_flight_per_actor=explorer.runner_per_model,
             max_concurrent_calls_per_actor=explorer.runner_per_model,
         ),

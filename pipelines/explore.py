@@ -7,6 +7,7 @@ Llama model, Parquet experiences and an MLflow run under `runs/`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
+from pipelines.runtime import EngineSet
 from schemas.config import Config, flatten, load_config
 from schemas.errors import InputError
 
@@ -59,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--mlflow-uri", help="MLflow tracking URI (default: sqlite:///<absolute run dir>/mlflow.db)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray Data and vLLM logs (vLLM at INFO), normally hidden",
+    )
     return parser.parse_args(argv)
 
 
@@ -142,7 +150,7 @@ class Totals:
         return self.tokens / max(time.monotonic() - self.started, 1e-9)
 
 
-def stream_steps(cfg: Config, plan, engines: list, sink, monitor, progress: bool) -> Totals:
+def stream_steps(cfg: Config, plan, engine_names: list[str], sink, monitor, progress: bool) -> Totals:
     """Drive the dataflow; commit, log and report each step once it and every earlier one are complete."""
     from tqdm import tqdm
 
@@ -153,7 +161,7 @@ def stream_steps(cfg: Config, plan, engines: list, sink, monitor, progress: bool
     committer = StepCommitter(plan, sink)
     totals = Totals()
     bar = tqdm(total=plan.total_tasks, unit="task", desc="explore", disable=not progress, dynamic_ncols=True)
-    dataset = rollout_dataset(cfg, plan, engines, sink.root)
+    dataset = rollout_dataset(cfg, plan, engine_names, sink.root)
     for records in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
         bar.update(len(records))
         for done in committer.add(records):
@@ -184,7 +192,8 @@ def explore(
     ray_address: str | None = None,
     mlflow_uri: str | None = None,
     progress: bool = True,
-    engines: list | None = None,
+    engines: EngineSet | None = None,
+    verbose: bool = False,
 ) -> Summary:
     """One explore run: validate input, start engines, stream steps, commit and log each, summarise.
 
@@ -204,10 +213,10 @@ def explore(
     run_dir = prepare_run_dir(run_dir, cfg)
     sink = ParquetSink(run_dir / "experiences")
     tracking_uri = mlflow_uri or cfg.monitor.mlflow_uri or default_tracking_uri(run_dir)
-    owned: list = []
+    owned = None
     monitor = None
     try:
-        init_ray(cfg.ray, ray_address)
+        init_ray(cfg.ray, ray_address, verbose)
         if engines is None:
             engines = owned = launch_engines(cfg, run_dir.name)
         # The tracking store is set up while the engines load their model.
@@ -215,7 +224,7 @@ def explore(
         monitor = MlflowMonitor(tracking_uri, experiment, run_dir.name, run_dir / "mlartifacts")
         monitor.log_params(flatten(cfg))
         wait_engines(engines)
-        totals = stream_steps(cfg, plan, engines, sink, monitor, progress)
+        totals = stream_steps(cfg, plan, engines.names, sink, monitor, progress)
         monitor.close(ok=True)
     except BaseException:
         if monitor is not None:
@@ -240,6 +249,8 @@ def explore(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.verbose:
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")
     try:
         cfg = build_config(args)
         run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -249,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             ray_address=args.ray_address,
             mlflow_uri=args.mlflow_uri,
             progress=not args.no_progress,
+            verbose=args.verbose,
         )
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -21,7 +21,8 @@ class MlflowMonitor:
 
         from mlflow import MlflowClient
 
-        logging.getLogger("alembic").setLevel(logging.WARNING)
+        for noisy in ("alembic", "mlflow.store.db.utils"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
         found = self.client.get_experiment_by_name(experiment)

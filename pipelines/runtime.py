@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from schemas.errors import InputError
 NAMESPACE = "rftflow"
 
 
-def init_ray(cfg: RayConfig, address: str | None = None) -> None:
+def init_ray(cfg: RayConfig, address: str | None = None, verbose: bool = False) -> None:
     """Join `address` (a cluster) or start a local Ray with explicit CPUs and object store."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -32,6 +33,8 @@ def init_ray(cfg: RayConfig, address: str | None = None) -> None:
             include_dashboard=False,
             **common,
         )
+    if not verbose:  # Ray Data re-reads this for each dataset; its INFO lines would drown the progress bar
+        os.environ.setdefault("RAY_DATA_LOGGING_CONFIG", str(Path(__file__).with_name("ray_data_logging.yaml")))
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # rftflow draws its own bar, per step
     context.verbose_stats_logs = False
@@ -56,7 +59,22 @@ def resolve_device(cfg: Config) -> str:
     return device
 
 
-def launch_engines(cfg: Config, run_name: str) -> list[Any]:
+@dataclass
+class EngineSet:
+    """Engine actors by name (what Ray Data operators get: plain strings) and by handle (for the driver)."""
+
+    names: list[str]
+    handles: list[Any]
+
+
+def engine_runtime_env() -> dict[str, Any]:
+    """Quiet engines unless asked: vLLM logs at ERROR, Python warnings off (VLLM_LOGGING_LEVEL overrides)."""
+    level = os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")
+    quiet = level in ("ERROR", "CRITICAL")
+    return {"env_vars": {"VLLM_LOGGING_LEVEL": level, **({"PYTHONWARNINGS": "ignore"} if quiet else {})}}
+
+
+def launch_engines(cfg: Config, run_name: str) -> EngineSet:
     """Create the named, long-lived engine actors; they load the model in the background."""
     import ray
 
@@ -66,22 +84,23 @@ def launch_engines(cfg: Config, run_name: str) -> list[Any]:
     rollout = cfg.explorer.rollout_model.model_copy(update={"device": resolve_device(cfg)})
     gpus = rollout.tensor_parallel_size if rollout.device == "gpu" else 0
     actor = ray.remote(VLLMEngine)
-    return [
-        actor.options(name=f"{run_name}/engine-{i}", num_cpus=rollout.engine_cpus, num_gpus=gpus).remote(
-            str(cfg.model.model_path), rollout.model_dump(mode="json")
-        )
-        for i in range(rollout.engine_num)
+    names = [f"{run_name}/engine-{i}" for i in range(rollout.engine_num)]
+    options = {"num_cpus": rollout.engine_cpus, "num_gpus": gpus, "runtime_env": engine_runtime_env()}
+    handles = [
+        actor.options(name=name, **options).remote(str(cfg.model.model_path), rollout.model_dump(mode="json"))
+        for name in names
     ]
+    return EngineSet(names, handles)
 
 
-def wait_engines(engines: list[Any]) -> None:
+def wait_engines(engines: EngineSet) -> None:
     """Block until every engine has loaded its model, so start errors surface here with their reason."""
     import ray
 
-    ray.get([engine.ready.remote() for engine in engines])
+    ray.get([engine.ready.remote() for engine in engines.handles])
 
 
-def start_engines(cfg: Config, run_name: str) -> list[Any]:
+def start_engines(cfg: Config, run_name: str) -> EngineSet:
     """Launch and wait; engines that fail to start are not left behind."""
     engines = launch_engines(cfg, run_name)
     try:
@@ -92,11 +111,13 @@ def start_engines(cfg: Config, run_name: str) -> list[Any]:
     return engines
 
 
-def stop_engines(engines: list[Any]) -> None:
+def stop_engines(engines: EngineSet | None) -> None:
     """Free the engines' memory now rather than when the driver exits; vLLM's own shutdown ends its core."""
     import ray
 
+    if engines is None:
+        return
     with contextlib.suppress(Exception):  # a dead or stuck engine is killed below all the same
-        ray.get([engine.shutdown.remote() for engine in engines], timeout=30)
-    for engine in engines:
+        ray.get([engine.shutdown.remote() for engine in engines.handles], timeout=30)
+    for engine in engines.handles:
         ray.kill(engine)

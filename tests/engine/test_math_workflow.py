@@ -39,10 +39,13 @@ def run_table(loop, engine, tasks: list[Task]):
 
     client = EngineClient(engine)
     decoded = tasks_from_table(tasks_to_table(tasks))
-    rows = loop.run_until_complete(
-        asyncio.gather(*(run_task(t, client, max_timeout=60, max_retry_times=0) for t in decoded))
-    )
-    return results_to_table(list(rows))
+
+    async def run_all() -> list[dict]:
+        return await asyncio.gather(
+            *(run_task(t, client, max_timeout=60, max_retry_times=0) for t in decoded)
+        )
+
+    return results_to_table(loop.run_until_complete(run_all()))
 
 
 def test_each_task_yields_repeat_times_scored_experiences(loop, engine):
