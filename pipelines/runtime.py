@@ -34,7 +34,9 @@ def init_ray(cfg: RayConfig, address: str | None = None, verbose: bool = False) 
             **common,
         )
     if not verbose:  # Ray Data re-reads this for each dataset; its INFO lines would drown the progress bar
-        os.environ.setdefault("RAY_DATA_LOGGING_CONFIG", str(Path(__file__).with_name("ray_data_logging.yaml")))
+        os.environ.setdefault(
+            "RAY_DATA_LOGGING_CONFIG", str(Path(__file__).with_name("ray_data_logging.yaml"))
+        )
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # rftflow draws its own bar, per step
     context.verbose_stats_logs = False
