@@ -154,14 +154,27 @@ def plan_taskset(
 
 
 def iter_task_tables(
-    cfg: TasksetConfig, plan: TasksetPlan, file_index: int, epoch: int, is_eval: bool = False
+    cfg: TasksetConfig,
+    plan: TasksetPlan,
+    file_index: int,
+    epoch: int,
+    *,
+    is_eval: bool = False,
+    workflow: str | None = None,
+    first_step: int = 1,
+    step_label: int | None = None,
 ) -> Iterator[pa.Table]:
-    """Task rows of one (file, epoch), cut at step boundaries so each block belongs to a single step."""
+    """Task rows of one (file, epoch), cut at step boundaries so each block belongs to a single step.
+
+    Steps before `first_step` (already committed, on resume) are skipped. Eval tasks carry `step_label`, the
+    explore step they evaluate, instead of a step of their own.
+    """
     file, _ = plan.files[file_index]
     offset = sum(n for _, n in plan.files[:file_index])
+    first_position = (first_step - 1) * plan.batch_size
     shared = {
         "taskset": cfg.name,
-        "workflow": cfg.default_workflow_type,
+        "workflow": workflow or cfg.default_workflow_type or "math",
         "reward_fn": cfg.default_reward_fn_type,
         "repeat_times": cfg.repeat_times,
         "rollout_args": cfg.rollout_args.model_dump(),
@@ -175,8 +188,11 @@ def iter_task_tables(
         position = epoch * plan.rows + index
         if position >= plan.total_tasks:
             break
+        if position < first_position:
+            index += 1
+            continue
         prompt, messages, truth = extract_fields(record, cfg, Path(file), row)
-        step = position // plan.batch_size + 1
+        step = position // plan.batch_size + 1 if step_label is None else step_label
         if pending and pending[-1]["step"] != step:
             yield pa.Table.from_pylist(pending, schema=TASK_SCHEMA)
             pending = []
@@ -190,12 +206,14 @@ def iter_task_tables(
         yield pa.Table.from_pylist(pending, schema=TASK_SCHEMA)
 
 
-def read_units(plan: TasksetPlan) -> list[tuple[int, int]]:
-    """(file index, epoch) pairs that hold at least one task of the plan, in step order."""
+def read_units(plan: TasksetPlan, first_step: int = 1) -> list[tuple[int, int]]:
+    """(file, epoch) pairs holding at least one task of the plan from `first_step` on, in step order."""
     units, start = [], 0
+    first_position = (first_step - 1) * plan.batch_size
     for epoch in range(plan.total_epochs):
         for file_index, (_, rows) in enumerate(plan.files):
-            if epoch * plan.rows + start < plan.total_tasks and rows:
+            lo, hi = epoch * plan.rows + start, epoch * plan.rows + start + rows
+            if rows and lo < plan.total_tasks and hi > first_position:
                 units.append((file_index, epoch))
             start += rows
         start = 0

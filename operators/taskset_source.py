@@ -11,19 +11,21 @@ from schemas.task import TASK_SCHEMA
 
 
 class TasksetDatasource(Datasource):
-    def __init__(self, cfg: TasksetConfig, plan: TasksetPlan, is_eval: bool = False):
-        self.cfg, self.plan, self.is_eval = cfg, plan, is_eval
+    """`read_kwargs` go to `iter_task_tables`: is_eval, workflow, first_step (resume), step_label (eval)."""
+
+    def __init__(self, cfg: TasksetConfig, plan: TasksetPlan, **read_kwargs):
+        self.cfg, self.plan, self.read_kwargs = cfg, plan, read_kwargs
 
     def estimate_inmemory_data_size(self) -> int | None:
         return None
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
-        cfg, plan, is_eval = self.cfg, self.plan, self.is_eval
+        cfg, plan, kwargs = self.cfg, self.plan, self.read_kwargs
         tasks = []
-        for file_index, epoch in read_units(plan):
+        for file_index, epoch in read_units(plan, kwargs.get("first_step", 1)):
 
             def read(file_index: int = file_index, epoch: int = epoch):
-                yield from iter_task_tables(cfg, plan, file_index, epoch, is_eval)
+                yield from iter_task_tables(cfg, plan, file_index, epoch, **kwargs)
 
             meta = BlockMetadata(
                 num_rows=None, size_bytes=None, exec_stats=None, input_files=[plan.files[file_index][0]]

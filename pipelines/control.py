@@ -25,11 +25,17 @@ class CommittedStep:
 class StepCommitter:
     """A step commits when every one of its tasks has reported (ok or failed) and all earlier steps have."""
 
-    def __init__(self, plan: TasksetPlan, sink: ParquetSink, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        plan: TasksetPlan,
+        sink: ParquetSink,
+        clock: Callable[[], float] = time.monotonic,
+        first_step: int = 1,
+    ):
         self.plan, self.sink, self.clock = plan, sink, clock
         self.records: dict[int, list[pa.Table]] = defaultdict(list)
         self.seen: dict[int, set[str]] = defaultdict(set)
-        self.next_step = 1
+        self.next_step = first_step
         self.last_commit = clock()
 
     @property

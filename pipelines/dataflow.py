@@ -10,18 +10,15 @@ from operators.parquet_sink import write_fragments
 from operators.rollout import RolloutOperator
 from operators.taskset_reader import TasksetPlan
 from operators.taskset_source import TasksetDatasource
-from schemas.config import Config
+from schemas.config import Config, TasksetConfig
 
 FORWARDER_CPUS = 0.25  # forwarding actors mostly wait; whole CPUs for them would starve the read tasks
 
 
-def rollout_dataset(
-    cfg: Config, plan: TasksetPlan, engine_names: list[str], sink_root: Path
-) -> ray.data.Dataset:
-    """A lazy dataset whose rows are per-task records of the sink (one per dispatched task)."""
+def rollout(tasks: ray.data.Dataset, cfg: Config, engine_names: list[str]) -> ray.data.Dataset:
+    """Task rows → result rows (status + experiences per task), by forwarding actors that call the engines."""
     explorer = cfg.explorer
-    tasks = ray.data.read_datasource(TasksetDatasource(cfg.buffer.explorer_input.taskset, plan))
-    results = tasks.map_batches(
+    return tasks.map_batches(
         RolloutOperator,
         fn_constructor_kwargs={
             "engine_names": engine_names,
@@ -37,6 +34,25 @@ def rollout_dataset(
         ),
         num_cpus=FORWARDER_CPUS,
     )
+
+
+def explore_dataset(
+    cfg: Config, plan: TasksetPlan, engine_names: list[str], sink_root: Path, first_step: int = 1
+) -> ray.data.Dataset:
+    """The training stream from `first_step` on; its rows are the sink's per-task records."""
+    explorer_input = cfg.buffer.explorer_input
+    workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
+    source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
+    results = rollout(ray.data.read_datasource(source), cfg, engine_names)
     return results.map_batches(
         write_fragments, fn_kwargs={"root": str(sink_root)}, batch_format="pyarrow", num_cpus=FORWARDER_CPUS
     )
+
+
+def eval_dataset(
+    cfg: Config, taskset: TasksetConfig, plan: TasksetPlan, engine_names: list[str], step: int
+) -> ray.data.Dataset:
+    """One eval taskset, whole, as result rows labelled with the explore step being evaluated."""
+    workflow = cfg.buffer.explorer_input.workflow_for(taskset, is_eval=True)
+    source = TasksetDatasource(taskset, plan, is_eval=True, workflow=workflow, step_label=step)
+    return rollout(ray.data.read_datasource(source), cfg, engine_names)

@@ -7,18 +7,15 @@ Llama model, Parquet experiences and an MLflow run under `runs/`.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import yaml
-
 from pipelines.runtime import EngineSet
-from schemas.config import Config, flatten, load_config
+from schemas.config import Config, load_config
 from schemas.errors import InputError
 
 EPILOG = """\
@@ -84,14 +81,6 @@ def build_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def failure_messages(records: pa.Table, limit: int = 3) -> list[str]:
-    """A few failed tasks' messages, so a failing workflow is visible while the run goes on."""
-    failed = records.filter(pc.invert(records.column("ok")))
-    rows = failed.select(["task_uid", "message"]).slice(0, limit).to_pylist()
-    more = len(failed) - len(rows)
-    return [f"{r['task_uid']}: {r['message']}" for r in rows] + ([f"... and {more} more"] if more > 0 else [])
-
-
 @dataclass
 class Summary:
     steps: int
@@ -118,73 +107,6 @@ class Summary:
         )
 
 
-def prepare_run_dir(run_dir: Path, cfg: Config) -> Path:
-    from operators.parquet_sink import ParquetSink
-
-    run_dir = run_dir.resolve()
-    if ParquetSink(run_dir / "experiences").committed_steps():
-        raise InputError("already holds committed steps; choose a new --run-dir", file=str(run_dir))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    return run_dir
-
-
-@dataclass
-class Totals:
-    """Running totals over committed steps, for the progress bar and the closing summary."""
-
-    started: float = field(default_factory=time.monotonic)
-    experiences: int = 0
-    rewards: float = 0.0
-    tokens: int = 0
-    failed: int = 0
-
-    def add(self, experiences: pa.Table, metrics: dict[str, float]) -> None:
-        self.experiences += len(experiences)
-        self.rewards += pc.sum(experiences.column("reward")).as_py() or 0.0
-        self.tokens += pc.sum(pc.list_value_length(experiences.column("response_ids"))).as_py() or 0
-        self.failed += int(metrics["rollout/failed_tasks"])
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / max(time.monotonic() - self.started, 1e-9)
-
-
-def stream_steps(cfg: Config, plan, engine_names: list[str], sink, monitor, progress: bool) -> Totals:
-    """Drive the dataflow; commit, log and report each step once it and every earlier one are complete."""
-    from tqdm import tqdm
-
-    from pipelines.control import StepCommitter
-    from pipelines.dataflow import rollout_dataset
-    from pipelines.metrics import sample_table, step_metrics
-
-    committer = StepCommitter(plan, sink)
-    totals = Totals()
-    bar = tqdm(total=plan.total_tasks, unit="task", desc="explore", disable=not progress, dynamic_ncols=True)
-    dataset = rollout_dataset(cfg, plan, engine_names, sink.root)
-    for records in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-        bar.update(len(records))
-        for done in committer.add(records):
-            metrics = step_metrics(done.experiences, done.records, done.seconds)
-            monitor.log_metrics(metrics, done.step)
-            if cfg.monitor.sample_rollouts and len(done.experiences):
-                sample = sample_table(done.experiences, cfg.monitor.sample_rollouts)
-                monitor.log_table(sample, f"samples/step_{done.step:06d}.json")
-            totals.add(done.experiences, metrics)
-            for message in failure_messages(done.records):
-                bar.write(f"step {done.step}: task failed: {message}", file=sys.stderr)
-            reward = metrics.get("rollout/reward/mean", float("nan"))
-            bar.set_postfix(
-                step=f"{done.step}/{plan.num_steps}",
-                tok_s=f"{totals.tokens_per_s:.0f}",
-                reward=f"{reward:.2f}",
-            )
-    bar.close()
-    if not committer.done:
-        raise RuntimeError(f"the stream ended before step {committer.next_step} was complete")
-    return totals
-
-
 def explore(
     cfg: Config,
     run_dir: Path,
@@ -195,55 +117,42 @@ def explore(
     engines: EngineSet | None = None,
     verbose: bool = False,
 ) -> Summary:
-    """One explore run: validate input, start engines, stream steps, commit and log each, summarise.
+    """Run (or resume) an explore run to its end with the `Explorer`, and summarise it.
 
     `engines` lets a caller (a benchmark, a test) reuse warm engine actors; they are then left running.
     Input errors surface before any engine starts; a failed run keeps its committed steps and nothing else.
     """
-    from operators.parquet_sink import ParquetSink
-    from operators.taskset_reader import plan_taskset
-    from pipelines.monitor import MlflowMonitor, default_tracking_uri
-    from pipelines.runtime import check_model_dir, init_ray, launch_engines, stop_engines, wait_engines
+    from pipelines.explorer import Explorer
 
-    buffer = cfg.buffer
-    plan = plan_taskset(
-        buffer.explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps
+    explorer = Explorer(
+        cfg,
+        run_dir,
+        ray_address=ray_address,
+        mlflow_uri=mlflow_uri,
+        progress=progress,
+        verbose=verbose,
+        engines=engines,
     )
-    check_model_dir(cfg.model.model_path)
-    run_dir = prepare_run_dir(run_dir, cfg)
-    sink = ParquetSink(run_dir / "experiences")
-    tracking_uri = mlflow_uri or cfg.monitor.mlflow_uri or default_tracking_uri(run_dir)
-    owned = None
-    monitor = None
-    try:
-        init_ray(cfg.ray, ray_address, verbose)
-        if engines is None:
-            engines = owned = launch_engines(cfg, run_dir.name)
-        # The tracking store is set up while the engines load their model.
-        experiment = cfg.monitor.experiment or cfg.project
-        monitor = MlflowMonitor(tracking_uri, experiment, run_dir.name, run_dir / "mlartifacts")
-        monitor.log_params(flatten(cfg))
-        wait_engines(engines)
-        totals = stream_steps(cfg, plan, engines.names, sink, monitor, progress)
-        monitor.close(ok=True)
-    except BaseException:
-        if monitor is not None:
-            monitor.close(ok=False)
-        raise
-    finally:
-        stop_engines(owned)
-        sink.discard_pending()  # uncommitted fragments are never experiences
-    seconds = time.monotonic() - totals.started
+
+    async def run() -> None:
+        try:
+            await explorer.explore()
+        finally:
+            await explorer.shutdown()
+
+    asyncio.run(run())
+    totals = explorer.totals
+    seconds = time.monotonic() - explorer.started
     return Summary(
-        steps=plan.num_steps,
-        experiences=totals.experiences,
-        failed_tasks=totals.failed,
-        mean_reward=totals.rewards / totals.experiences if totals.experiences else float("nan"),
-        tokens_per_s=totals.tokens / seconds,
+        steps=explorer.plan.num_steps,
+        experiences=totals["experiences"],
+        failed_tasks=totals["failed"],
+        mean_reward=totals["rewards"] / totals["experiences"] if totals["experiences"] else float("nan"),
+        tokens_per_s=totals["tokens"] / seconds,
         seconds=seconds,
-        run_dir=run_dir,
-        tracking_uri=tracking_uri,
-        mlflow_run_id=monitor.run_id,
+        run_dir=explorer.run_dir,
+        tracking_uri=explorer.tracking_uri,
+        mlflow_run_id=explorer.monitor.run_id,
     )
 
 

@@ -21,23 +21,57 @@ def stats(prefix: str, values: pa.Array) -> dict[str, float]:
     }
 
 
-def step_metrics(experiences: pa.Table, records: pa.Table, seconds: float) -> dict[str, float]:
-    """Reward and length stats, throughput over the step's wall time, and failure counts."""
+def experience_metrics(experiences: pa.Table) -> dict[str, float]:
+    """What a committed step's experiences alone say: reward and length stats, count, model version."""
     lengths = pc.list_value_length(experiences.column("response_ids"))
-    tokens = pc.sum(lengths).as_py() or 0
     metrics = {
         **stats("rollout/reward", experiences.column("reward")),
         **stats("rollout/response_length", lengths),
-        "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-        "rollout/failed_tasks": float(len(records) - pc.sum(records.column("ok")).as_py()),
         "pipeline/experience_count": float(len(experiences)),
-        "time/step": seconds,
     }
     if len(experiences):
         metrics["rollout/model_version"] = pc.mean(experiences.column("model_version")).as_py()
     return metrics
 
 
+def step_metrics(experiences: pa.Table, records: pa.Table, seconds: float) -> dict[str, float]:
+    """Experience metrics plus throughput over the step's wall time and failure counts."""
+    tokens = pc.sum(pc.list_value_length(experiences.column("response_ids"))).as_py() or 0
+    return {
+        **experience_metrics(experiences),
+        "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "rollout/failed_tasks": float(len(records) - (pc.sum(records.column("ok")).as_py() or 0)),
+        "time/step": seconds,
+    }
+
+
 def sample_table(experiences: pa.Table, limit: int) -> dict[str, list[Any]]:
     """A few rollouts of the step for the MLflow samples table."""
     return experiences.select(list(SAMPLE_COLUMNS)).slice(0, limit).to_pydict()
+
+
+def eval_metrics(taskset: str, experiences: pa.Table, repeat_times: int) -> dict[str, float]:
+    """`eval/<taskset>/<metric>/{mean,max,min}`, plus mean@k and pass@k over each task's k samples."""
+    if not len(experiences):
+        return {}
+    prefix = f"eval/{taskset}"
+    lengths = pc.list_value_length(experiences.column("response_ids"))
+    metrics = {
+        **stats(f"{prefix}/reward", experiences.column("reward")),
+        **stats(f"{prefix}/response_length", lengths),
+    }
+    parts = experiences.column("reward_parts").combine_chunks()
+    names = pc.unique(parts.keys).to_pylist() if len(parts) else []
+    for name in names:
+        values = pc.list_element(pc.map_lookup(parts, name, "all"), 0)
+        metrics.update(stats(f"{prefix}/{name}", pc.drop_null(values)))
+    if repeat_times > 1:
+        correct = pc.greater_equal(experiences.column("reward"), 1.0)
+        per_task = (
+            pa.table({"task": experiences.column("task_uid"), "correct": correct.cast(pa.float64())})
+            .group_by("task")
+            .aggregate([("correct", "mean"), ("correct", "max")])
+        )
+        metrics[f"{prefix}/mean_at_{repeat_times}"] = pc.mean(per_task.column("correct_mean")).as_py()
+        metrics[f"{prefix}/pass_at_{repeat_times}"] = pc.mean(per_task.column("correct_max")).as_py()
+    return metrics

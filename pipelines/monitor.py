@@ -16,7 +16,15 @@ def default_tracking_uri(run_dir: Path) -> str:
 
 
 class MlflowMonitor:
-    def __init__(self, tracking_uri: str, experiment: str, run_name: str, artifact_root: Path):
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment: str,
+        run_name: str,
+        artifact_root: Path,
+        run_id: str | None = None,
+    ):
+        """A new run, or `run_id` reopened (resume continues the same run)."""
         import logging
 
         from mlflow import MlflowClient
@@ -31,7 +39,14 @@ class MlflowMonitor:
             experiment_id = self.client.create_experiment(experiment, artifact_location=location)
         else:
             experiment_id = found.experiment_id
-        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        if run_id is not None:
+            self.client.update_run(run_id, status="RUNNING")
+            self.run_id = run_id
+        else:
+            self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+
+    def logged_steps(self, metric: str) -> set[int]:
+        return {m.step for m in self.client.get_metric_history(self.run_id, metric)}
 
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param

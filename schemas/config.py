@@ -48,7 +48,9 @@ class TasksetConfig(Strict):
     format: FormatConfig = FormatConfig()
     rollout_args: RolloutArgs = RolloutArgs()
     repeat_times: int = Field(4, ge=1)
-    default_workflow_type: str = "math"
+    default_workflow_type: str | None = Field(
+        None, description="workflow name (null: math for training, default_eval_workflow_type for eval)"
+    )
     default_reward_fn_type: str = "math_accuracy"
     workflow_args: dict[str, Any] = {}
     reward_fn_args: dict[str, Any] = {}
@@ -56,6 +58,11 @@ class TasksetConfig(Strict):
 
 class ExplorerInput(Strict):
     taskset: TasksetConfig = TasksetConfig()
+    eval_tasksets: list[TasksetConfig] = Field([], description="evaluated whole, on the same engines")
+    default_eval_workflow_type: str = Field("math", description="workflow for eval tasksets")
+
+    def workflow_for(self, taskset: TasksetConfig, is_eval: bool) -> str:
+        return taskset.default_workflow_type or (self.default_eval_workflow_type if is_eval else "math")
 
 
 class BufferConfig(Strict):
@@ -87,6 +94,23 @@ class ExplorerConfig(Strict):
     runner_per_model: int = Field(4, ge=1, description="rollout requests in flight per engine, in batches")
     max_timeout: float = Field(900.0, gt=0.0, description="seconds per task attempt")
     max_retry_times: int = Field(2, ge=0)
+    eval_interval: int = Field(100, ge=1, description="evaluate every N steps (when eval_tasksets are set)")
+    eval_on_startup: bool = Field(True, description="evaluate at step 0 (when eval_tasksets are set)")
+
+
+class SynchronizerConfig(Strict):
+    """When the explorer takes the trainer's newest weights (sources come with the weight-sync work)."""
+
+    sync_method: Literal["none", "checkpoint", "broadcast", "memory"] = Field(
+        "none", description="weight source; none: never sync (explore with fixed weights)"
+    )
+    sync_style: Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"] = "fixed"
+    sync_interval: int = Field(1, ge=1, description="steps per period")
+    sync_offset: int = Field(0, ge=0, description="steps explored before the first sync")
+    sync_timeout: float = Field(1200.0, gt=0.0, description="seconds to wait for a newer version")
+    trainer_status: str | None = Field(
+        None, description="dynamic_by_trainer: a status JSON file, or actor:<name> of a named status actor"
+    )
 
 
 class MonitorConfig(Strict):
@@ -109,6 +133,7 @@ class Config(Strict):
     model: ModelConfig = ModelConfig()
     buffer: BufferConfig = BufferConfig()
     explorer: ExplorerConfig = ExplorerConfig()
+    synchronizer: SynchronizerConfig = SynchronizerConfig()
     monitor: MonitorConfig = MonitorConfig()
     ray: RayConfig = RayConfig()
 

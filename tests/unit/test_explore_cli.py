@@ -10,7 +10,8 @@ import pytest
 import yaml
 from unit_factories import make_results
 
-from pipelines.explore import DEFAULT_STEPS, build_config, failure_messages, main, parse_args
+from pipelines.explore import DEFAULT_STEPS, build_config, main, parse_args
+from pipelines.explorer import failure_messages
 from schemas.errors import InputError
 
 OPTIONS = ("--config", "--set", "--run-dir", "--steps", "--ray-address", "--mlflow-uri", "--no-progress")

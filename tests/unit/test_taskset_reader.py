@@ -333,3 +333,29 @@ def test_non_finite_answer_is_refused(tmp_path):
     path = tmp_path / "nan.jsonl"
     path.write_text('{"prompt": "p", "answer": NaN}\n')
     assert_located(refused(config(path)), path, 1, "answer", "finite")
+
+
+def test_resume_skips_committed_steps(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in qa_rows(10)))
+    cfg = config(path)
+    plan = plan_taskset(cfg, 4, 2, None)  # 20 tasks over 2 epochs, steps 1..5
+    tables = [
+        t
+        for fi, ep in read_units(plan, first_step=4)
+        for t in iter_task_tables(cfg, plan, fi, ep, first_step=4)
+    ]
+    steps = [s for t in tables for s in t.column("step").to_pylist()]
+    assert steps == [4] * 4 + [5] * 4
+    assert read_units(plan, first_step=4) == [(0, 1)]
+
+
+def test_eval_tasks_carry_the_step_they_evaluate(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in qa_rows(5)))
+    cfg = config(path)
+    plan = plan_taskset(cfg, 5, 1, None)
+    table = next(iter_task_tables(cfg, plan, 0, 0, is_eval=True, workflow="eval_math", step_label=7))
+    assert table.column("step").to_pylist() == [7] * 5
+    assert set(table.column("workflow").to_pylist()) == {"eval_math"}
+    assert all(table.column("is_eval").to_pylist())

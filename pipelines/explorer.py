@@ -1,0 +1,354 @@
+"""The `Explorer`: Trinity-RFT's explorer API over rftflow's streaming dataflow.
+
+One Ray Data stream carries every training step. `explore_step()` advances it until the next step commits,
+then logs the step, starts an eval when one falls due, syncs weights when a sync falls due, and saves state.
+Evals run in a background thread on the same engines, so eval at step k does not hold up step k+1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators.parquet_sink import ParquetSink
+from operators.taskset_reader import TasksetPlan, plan_taskset
+from pipelines.control import CommittedStep, StepCommitter
+from pipelines.metrics import eval_metrics, experience_metrics, sample_table, step_metrics
+from pipelines.monitor import MlflowMonitor, default_tracking_uri
+from pipelines.runtime import EngineSet, check_model_dir, init_ray, launch_engines, stop_engines, wait_engines
+from pipelines.state import ExplorerState
+from pipelines.sync_policy import read_trainer_status, sync_due
+from schemas.config import Config, flatten
+
+WEIGHT_SYNC_TODO = "weight sync sources (checkpoint, broadcast, memory) are not built yet"
+BENCHMARK_TODO = "checkpoint benchmarking is not built yet; it will be `python -m pipelines.bench`"
+
+
+class Explorer:
+    """Explores a taskset on vLLM engines: the reference API, async where the reference is async."""
+
+    def __init__(
+        self,
+        config: Config,
+        run_dir: Path | None = None,
+        *,
+        ray_address: str | None = None,
+        mlflow_uri: str | None = None,
+        progress: bool = True,
+        verbose: bool = False,
+        engines: EngineSet | None = None,
+    ):
+        self.config = config
+        self.run_dir = Path(
+            run_dir or Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        ).resolve()
+        self.ray_address, self.verbose, self.progress = ray_address, verbose, progress
+        self.tracking_uri = mlflow_uri or config.monitor.mlflow_uri or default_tracking_uri(self.run_dir)
+        self.sink = ParquetSink(self.run_dir / "experiences")
+        self.engines, self.owned = engines, None
+        self.monitor: MlflowMonitor | None = None
+        self.state = ExplorerState()
+        self.plan: TasksetPlan | None = None
+        self.eval_plans: dict[str, TasksetPlan] = {}
+        self.stream: Iterator[CommittedStep] | None = None
+        self.evals = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rftflow-eval")
+        self.pending_evals: list[Future] = []
+        self.started = time.monotonic()
+        self.bar: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Check every input, then start Ray, the engines and MLflow; resume if the run dir holds a run."""
+        cfg = self.config
+        buffer, explorer_input = cfg.buffer, cfg.buffer.explorer_input
+        if cfg.synchronizer.sync_method != "none":
+            raise NotImplementedError(
+                f"synchronizer.sync_method={cfg.synchronizer.sync_method}: {WEIGHT_SYNC_TODO}"
+            )
+        self.plan = plan_taskset(
+            explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps
+        )
+        self.eval_plans = {
+            ts.name: plan_taskset(ts, buffer.batch_size, 1, None) for ts in explorer_input.eval_tasksets
+        }
+        check_model_dir(cfg.model.model_path)
+        self.state = self._resume_state()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        init_ray(cfg.ray, self.ray_address, self.verbose)
+        if self.engines is None:
+            self.engines = self.owned = launch_engines(cfg, self.name)
+        # The tracking store is set up while the engines load their model.
+        experiment = cfg.monitor.experiment or cfg.project
+        artifacts = self.run_dir / "mlartifacts"
+        self.monitor = MlflowMonitor(
+            self.tracking_uri, experiment, self.name, artifacts, self.state.mlflow_run_id
+        )
+        if self.state.mlflow_run_id is None:
+            self.monitor.log_params(flatten(cfg))
+            self.state.mlflow_run_id = self.monitor.run_id
+            self._write_config()
+        await asyncio.to_thread(wait_engines, self.engines)
+        self._relog_committed_steps()
+        self.state.save(self.run_dir)
+        if cfg.explorer.eval_on_startup and self.state.latest_step == 0:
+            self._start_eval(0)
+        self._open_stream()
+
+    async def explore(self) -> str:
+        """Run every remaining step, then wait for the evals; returns the explorer's name."""
+        if self.stream is None:
+            await self.prepare()
+        while await self.explore_step():
+            pass
+        await self._finish_evals(wait=True)
+        self._close_bar()
+        return self.name
+
+    async def explore_step(self) -> bool:
+        """Advance to the next committed step and act on it; False once the taskset is done."""
+        done = await asyncio.to_thread(next, self.stream, None)
+        if done is None:
+            return False
+        self.state.latest_step = done.step
+        self._log_step(done)
+        if self.need_eval():
+            self._start_eval(done.step)
+        if await self.need_sync():
+            await self.sync_weight()
+        self.state.task_index = min(done.step * self.config.buffer.batch_size, self.plan.total_tasks)
+        self.state.save(self.run_dir)
+        await self._finish_evals(wait=False)
+        return True
+
+    async def shutdown(self) -> None:
+        """Stop engines this explorer started, drop uncommitted fragments, close the MLflow run."""
+        ok = self.plan is not None and self.state.latest_step >= self.plan.num_steps
+        self.evals.shutdown(wait=False, cancel_futures=True)
+        stop_engines(self.owned)
+        self.owned = None
+        self.sink.discard_pending()
+        self._close_bar()
+        if self.monitor is not None:
+            self.monitor.close(ok)
+
+    async def is_alive(self) -> bool:
+        return True
+
+    @classmethod
+    def get_actor(cls, config: Config):
+        """A named Ray actor running this class (one per config name), created if absent."""
+        import ray
+
+        from pipelines.runtime import NAMESPACE
+
+        init_ray(config.ray)
+        actor = ray.remote(cls).options(
+            name=f"explorer/{config.name}", namespace=NAMESPACE, get_if_exists=True
+        )
+        return actor.remote(config)
+
+    # -- eval -------------------------------------------------------------------------------------------
+
+    def need_eval(self) -> bool:
+        step = self.state.latest_step
+        interval = self.config.explorer.eval_interval
+        return bool(self.config.buffer.explorer_input.eval_tasksets) and step > 0 and step % interval == 0
+
+    async def eval(self) -> dict[str, float]:
+        """Evaluate every eval taskset now, at the current step, and log the metrics."""
+        step = self.state.latest_step
+        metrics = await asyncio.to_thread(self._run_eval, step)
+        self._log_eval(step, metrics)
+        return metrics
+
+    def _start_eval(self, step: int) -> None:
+        if self.config.buffer.explorer_input.eval_tasksets:
+            future = self.evals.submit(self._run_eval, step)
+            future.step = step  # type: ignore[attr-defined]
+            self.pending_evals.append(future)
+
+    async def _finish_evals(self, wait: bool) -> None:
+        for future in list(self.pending_evals):
+            if wait or future.done():
+                metrics = await asyncio.wrap_future(future)
+                self.pending_evals.remove(future)
+                self._log_eval(future.step, metrics)  # type: ignore[attr-defined]
+
+    def _run_eval(self, step: int) -> dict[str, float]:
+        """Each eval taskset whole, through the same engines; experiences kept under eval/step_N/."""
+        import pyarrow.parquet as pq
+
+        from pipelines.dataflow import eval_dataset
+        from schemas.status import flatten_experiences
+
+        started = time.monotonic()
+        metrics: dict[str, float] = {}
+        for taskset in self.config.buffer.explorer_input.eval_tasksets:
+            plan = self.eval_plans[taskset.name]
+            dataset = eval_dataset(self.config, taskset, plan, self.engines.names, step)
+            results = list(dataset.iter_batches(batch_format="pyarrow", batch_size=None))
+            table = pa.concat_tables(results) if results else None
+            experiences = flatten_experiences(table) if table is not None else None
+            if experiences is not None and len(experiences):
+                out = self.run_dir / "eval" / f"step_{step:06d}"
+                out.mkdir(parents=True, exist_ok=True)
+                pq.write_table(experiences, out / f"{taskset.name}.parquet")
+                metrics.update(eval_metrics(taskset.name, experiences, taskset.repeat_times))
+            failed = 0 if table is None else len(table) - pc.sum(table.column("ok")).as_py()
+            metrics[f"eval/{taskset.name}/failed_tasks"] = float(failed)
+        metrics["eval/total_time"] = time.monotonic() - started
+        return metrics
+
+    def _log_eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.monitor.log_metrics(metrics, step)
+        shown = ", ".join(
+            f"{k.removeprefix('eval/')} {v:.3f}" for k, v in metrics.items() if k.endswith("/mean")
+        )
+        self._say(f"eval at step {step}: {shown or 'no experiences'}")
+
+    # -- sync (weight sources come with the weight-sync work) --------------------------------------------
+
+    async def need_sync(self) -> bool:
+        sync = self.config.synchronizer
+        if sync.sync_method == "none":
+            return False
+        trainer = (
+            read_trainer_status(sync.trainer_status) if sync.sync_style == "dynamic_by_trainer" else None
+        )
+        return sync_due(
+            sync.sync_style,
+            self.state.latest_step,
+            interval=sync.sync_interval,
+            offset=sync.sync_offset,
+            last_sync_step=self.state.last_sync_step,
+            model_version=self.state.model_version,
+            trainer=trainer,
+        )
+
+    async def sync_weight(self) -> None:
+        raise NotImplementedError(WEIGHT_SYNC_TODO)
+
+    async def setup_weight_sync_group(
+        self, master_address: str, master_port: int, state_dict_meta=None
+    ) -> None:
+        raise NotImplementedError(WEIGHT_SYNC_TODO)
+
+    async def get_weight(self, name: str):
+        raise NotImplementedError(WEIGHT_SYNC_TODO)
+
+    async def save_checkpoint(self, sync_weight: bool = False) -> None:
+        """Persist the explorer state (and sync first when asked)."""
+        if sync_weight:
+            await self.sync_weight()
+        self.state.save(self.run_dir)
+
+    async def benchmark(self) -> bool:
+        raise NotImplementedError(BENCHMARK_TODO)
+
+    # -- internals --------------------------------------------------------------------------------------
+
+    def _resume_state(self) -> ExplorerState:
+        """The saved state, reconciled with the sink: committed step folders are the truth."""
+        state = ExplorerState.load(self.run_dir) or ExplorerState()
+        committed = self.sink.committed_steps()
+        if committed and state.mlflow_run_id is None:
+            raise RuntimeError(
+                f"{self.run_dir}: holds committed steps but no explorer state; use a new run dir"
+            )
+        if committed:
+            state.latest_step = max(committed)
+        return state
+
+    def _relog_committed_steps(self) -> None:
+        """Steps committed just before a crash may have missed MLflow; log them once, never twice."""
+        logged = self.monitor.logged_steps("pipeline/experience_count")
+        for step in self.sink.committed_steps():
+            if step not in logged:
+                self.monitor.log_metrics(experience_metrics(self.sink.read_step(step)), step)
+
+    def _write_config(self) -> None:
+        import yaml
+
+        text = yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False)
+        (self.run_dir / "config.yaml").write_text(text)
+
+    def _open_stream(self) -> None:
+        from tqdm import tqdm
+
+        first = self.state.latest_step + 1
+        self.bar = tqdm(
+            total=self.plan.total_tasks,
+            initial=min((first - 1) * self.config.buffer.batch_size, self.plan.total_tasks),
+            unit="task",
+            desc="explore",
+            disable=not self.progress,
+            dynamic_ncols=True,
+        )
+        self.started = time.monotonic()
+        self.totals = {"experiences": 0, "rewards": 0.0, "tokens": 0, "failed": 0}
+        self.stream = self._committed_steps(first)
+
+    def _committed_steps(self, first: int) -> Iterator[CommittedStep]:
+        from pipelines.dataflow import explore_dataset
+
+        committer = StepCommitter(self.plan, self.sink, first_step=first)
+        if committer.done:
+            return
+        dataset = explore_dataset(self.config, self.plan, self.engines.names, self.sink.root, first)
+        for records in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+            self.bar.update(len(records))
+            yield from committer.add(records)
+        if not committer.done:
+            raise RuntimeError(f"the stream ended before step {committer.next_step} was complete")
+
+    def _log_step(self, done: CommittedStep) -> None:
+        metrics = step_metrics(done.experiences, done.records, done.seconds)
+        self.monitor.log_metrics(metrics, done.step)
+        limit = self.config.monitor.sample_rollouts
+        if limit and len(done.experiences):
+            self.monitor.log_table(
+                sample_table(done.experiences, limit), f"samples/step_{done.step:06d}.json"
+            )
+        totals = self.totals
+        totals["experiences"] += len(done.experiences)
+        totals["rewards"] += pc.sum(done.experiences.column("reward")).as_py() or 0.0
+        totals["tokens"] += pc.sum(pc.list_value_length(done.experiences.column("response_ids"))).as_py() or 0
+        totals["failed"] += int(metrics["rollout/failed_tasks"])
+        for message in failure_messages(done.records):
+            self._say(f"step {done.step}: task failed: {message}")
+        self.bar.set_postfix(
+            step=f"{done.step}/{self.plan.num_steps}",
+            tok_s=f"{totals['tokens'] / max(time.monotonic() - self.started, 1e-9):.0f}",
+            reward=f"{metrics.get('rollout/reward/mean', float('nan')):.2f}",
+        )
+
+    def _say(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr)
+
+    def _close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def failure_messages(records: pa.Table, limit: int = 3) -> list[str]:
+    """A few failed tasks' messages, so a failing workflow is visible while the run goes on."""
+    failed = records.filter(pc.invert(records.column("ok")))
+    rows = failed.select(["task_uid", "message"]).slice(0, limit).to_pylist()
+    more = len(failed) - len(rows)
+    return [f"{r['task_uid']}: {r['message']}" for r in rows] + ([f"... and {more} more"] if more > 0 else [])

@@ -1,0 +1,65 @@
+"""When a weight sync falls due, for Trinity-RFT's three sync styles.
+
+- `fixed`: after `sync_offset` steps, every `sync_interval` steps.
+- `dynamic_by_explorer`: once the explorer is `sync_interval` steps past its last sync.
+- `dynamic_by_trainer`: when the trainer says it has a newer version ready. Its status comes from a JSON file
+  or a named Ray actor; a stopped or silent trainer never makes the explorer wait.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+TrainerState = Literal["running", "require_sync", "stopped", "unknown"]
+
+
+@dataclass(frozen=True)
+class TrainerStatus:
+    state: TrainerState = "unknown"
+    version: int = 0
+
+
+def sync_due(
+    style: str,
+    step: int,
+    *,
+    interval: int,
+    offset: int = 0,
+    last_sync_step: int = 0,
+    model_version: int = 0,
+    trainer: TrainerStatus | None = None,
+) -> bool:
+    """Whether the explorer should sync after committing `step` (steps count from 1)."""
+    if style == "fixed":
+        return step > offset and (step - offset) % interval == 0
+    if style == "dynamic_by_explorer":
+        return step > offset and step - last_sync_step >= interval
+    if style == "dynamic_by_trainer":
+        return trainer is not None and trainer.state == "require_sync" and trainer.version > model_version
+    raise ValueError(f"unknown sync_style '{style}'")
+
+
+def read_trainer_status(source: str | None) -> TrainerStatus:
+    """`{"state": ..., "version": N}` from a file or `actor:<name>`'s `get_status()`; unknown if absent."""
+    if not source:
+        return TrainerStatus()
+    if source.startswith("actor:"):
+        import ray
+
+        try:
+            actor = ray.get_actor(source.removeprefix("actor:"))
+            raw = ray.get(actor.get_status.remote(), timeout=10)
+        except Exception:  # a trainer that is gone or hung must not stall exploration
+            return TrainerStatus()
+    else:
+        try:
+            raw = json.loads(Path(source).read_text())
+        except (OSError, ValueError):
+            return TrainerStatus()
+    state = raw.get("state", "unknown")
+    if state not in ("running", "require_sync", "stopped"):
+        state = "unknown"
+    return TrainerStatus(state=state, version=int(raw.get("version", 0)))

@@ -1,0 +1,64 @@
+"""Explorer behaviour on the real stack, sharing one engine actor: eval schedule and resume."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from mlflow import MlflowClient
+
+from pipelines.explore import explore
+from pipelines.runtime import init_ray, start_engines, stop_engines
+from pipelines.state import ExplorerState
+from schemas.config import DEFAULT_EVAL, load_config
+
+BASE = ["buffer.batch_size=4", "buffer.explorer_input.taskset.repeat_times=2", "ray.num_cpus=4"]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    cfg = load_config(None, BASE)
+    init_ray(cfg.ray)
+    engines = start_engines(cfg, "core-tests")
+    yield engines
+    stop_engines(engines)
+
+
+def history(summary, metric: str) -> list[int]:
+    return [
+        m.step for m in MlflowClient(summary.tracking_uri).get_metric_history(summary.mlflow_run_id, metric)
+    ]
+
+
+def test_eval_runs_at_startup_and_every_interval(engines, tmp_path):
+    small = tmp_path / "eval.jsonl"
+    small.write_text("".join(DEFAULT_EVAL.read_text().splitlines(keepends=True)[:6]))
+    eval_set = {"name": "arith_eval", "path": str(small), "repeat_times": 2}
+    cfg = load_config(None, [*BASE, "buffer.total_steps=4", "explorer.eval_interval=2"])
+    cfg.buffer.explorer_input.eval_tasksets = [eval_set]
+    summary = explore(cfg, tmp_path / "run", progress=False, engines=engines)
+    assert sorted(history(summary, "eval/arith_eval/accuracy/mean")) == [0, 2, 4]
+    assert sorted(history(summary, "eval/total_time")) == [0, 2, 4]
+    assert sorted(history(summary, "eval/arith_eval/pass_at_2")) == [0, 2, 4]
+    kept = pq.read_table(summary.run_dir / "eval" / "step_000002" / "arith_eval.parquet")
+    assert kept.num_rows == 6 * 2  # the whole eval taskset, no dropped remainder
+    assert set(kept.column("step").to_pylist()) == {2} and all(kept.column("is_eval").to_pylist())
+
+
+def test_resume_continues_the_same_run_without_duplicates(engines, tmp_path):
+    run_dir = tmp_path / "run"
+    first = explore(
+        load_config(None, [*BASE, "buffer.total_steps=3"]), run_dir, progress=False, engines=engines
+    )
+    assert ExplorerState.load(run_dir).latest_step == 3
+    second = explore(
+        load_config(None, [*BASE, "buffer.total_steps=5"]), run_dir, progress=False, engines=engines
+    )
+    assert second.mlflow_run_id == first.mlflow_run_id
+    for metric in ("rollout/reward/mean", "pipeline/experience_count"):
+        assert history(second, metric) == sorted(set(history(second, metric))) == [1, 2, 3, 4, 5]
+    table = pq.read_table(run_dir / "experiences")
+    assert table.num_rows == 5 * 4 * 2 == len(set(table.column("uid").to_pylist()))
+    state = json.loads((run_dir / "explorer_state.json").read_text())
+    assert state["latest_step"] == 5 and state["task_index"] == 20
