@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -19,8 +20,15 @@ from schemas.task import tasks_from_table
 class RolloutOperator:
     """`map_batches` callable: Task table in, result table (status + experiences per task) out."""
 
-    def __init__(self, engine_names: list[str], max_timeout: float, max_retry_times: int):
+    def __init__(
+        self, engine_names: list[str], max_timeout: float, max_retry_times: int, plugin_dirs: list[str] = ()
+    ):
         import ray
+
+        from operators.plugins import load_plugins
+
+        for plugin_dir in plugin_dirs:  # users' workflows must be registered in this worker too
+            load_plugins(Path(plugin_dir))
 
         from pipelines.runtime import NAMESPACE
 

@@ -175,7 +175,7 @@ def iter_task_tables(
     shared = {
         "taskset": cfg.name,
         "workflow": workflow or cfg.default_workflow_type or "math",
-        "reward_fn": cfg.default_reward_fn_type,
+        "reward_fn": cfg.default_reward_fn_type or "",
         "repeat_times": cfg.repeat_times,
         "rollout_args": cfg.rollout_args.model_dump(),
         "workflow_args": cfg.workflow_args,

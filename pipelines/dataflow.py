@@ -24,6 +24,7 @@ def rollout(tasks: ray.data.Dataset, cfg: Config, engine_names: list[str]) -> ra
             "engine_names": engine_names,
             "max_timeout": explorer.max_timeout,
             "max_retry_times": explorer.max_retry_times,
+            "plugin_dirs": [str(p) for p in cfg.plugin_dirs],
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from operators.plugins import PluginError
 from pipelines.runtime import EngineSet
 from schemas.config import Config, load_config
 from schemas.errors import InputError
@@ -47,6 +48,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="override one config field by dotted path, e.g. --set buffer.batch_size=16 (repeatable)",
     )
+    parser.add_argument(
+        "--plugin-dir",
+        dest="plugin_dirs",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="folder of your own workflow and reward modules; repeatable",
+    )
     parser.add_argument("--run-dir", type=Path, help="where outputs go (default: runs/<name>-<timestamp>)")
     parser.add_argument(
         "--steps", type=int, help="number of steps to run (same as --set buffer.total_steps=N)"
@@ -78,6 +88,7 @@ def build_config(args: argparse.Namespace) -> Config:
     explicit = args.steps is not None or any(o.startswith("buffer.total_steps") for o in overrides)
     if cfg.buffer.total_steps is None and not explicit and args.config is None:
         cfg.buffer.total_steps = DEFAULT_STEPS
+    cfg.plugin_dirs = [Path(p).resolve() for p in [*cfg.plugin_dirs, *args.plugin_dirs]]
     return cfg
 
 
@@ -171,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress,
             verbose=args.verbose,
         )
-    except InputError as exc:
+    except (InputError, PluginError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(summary.render())

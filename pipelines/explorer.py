@@ -27,6 +27,7 @@ from pipelines.runtime import EngineSet, check_model_dir, init_ray, launch_engin
 from pipelines.state import ExplorerState
 from pipelines.sync_policy import read_trainer_status, sync_due
 from schemas.config import Config, flatten
+from schemas.errors import InputError
 
 WEIGHT_SYNC_TODO = "weight sync sources (checkpoint, broadcast, memory) are not built yet"
 BENCHMARK_TODO = "checkpoint benchmarking is not built yet; it will be `python -m pipelines.bench`"
@@ -85,6 +86,7 @@ class Explorer:
             ts.name: plan_taskset(ts, buffer.batch_size, 1, None) for ts in explorer_input.eval_tasksets
         }
         check_model_dir(cfg.model.model_path)
+        check_workflows(cfg)
         self.state = self._resume_state()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         init_ray(cfg.ray, self.ray_address, self.verbose)
@@ -344,6 +346,29 @@ class Explorer:
     def _close_bar(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def check_workflows(cfg: Config) -> None:
+    """Load plugins and check every workflow and reward name before any engine starts."""
+    from operators.plugins import load_plugins
+    from operators.rewards import get_reward_fn
+    from operators.workflows.registry import load_builtins, workflow_class
+
+    load_builtins()
+    for plugin_dir in cfg.plugin_dirs:
+        load_plugins(plugin_dir)
+    explorer_input = cfg.buffer.explorer_input
+    tasksets = [(explorer_input.taskset, False)] + [(ts, True) for ts in explorer_input.eval_tasksets]
+    for taskset, is_eval in tasksets:
+        where = f"taskset '{taskset.name}'"
+        try:
+            workflow_class(explorer_input.workflow_for(taskset, is_eval))
+            if taskset.default_reward_fn_type:
+                get_reward_fn(taskset.default_reward_fn_type)
+        except KeyError as exc:
+            raise InputError(
+                f"{where}: {exc.args[0]}", field="default_workflow_type / default_reward_fn_type"
+            ) from None
 
 
 def failure_messages(records: pa.Table, limit: int = 3) -> list[str]:

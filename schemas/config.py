@@ -51,7 +51,7 @@ class TasksetConfig(Strict):
     default_workflow_type: str | None = Field(
         None, description="workflow name (null: math for training, default_eval_workflow_type for eval)"
     )
-    default_reward_fn_type: str = "math_accuracy"
+    default_reward_fn_type: str | None = Field(None, description="reward function (null: the workflow's own)")
     workflow_args: dict[str, Any] = {}
     reward_fn_args: dict[str, Any] = {}
 
@@ -59,7 +59,7 @@ class TasksetConfig(Strict):
 class ExplorerInput(Strict):
     taskset: TasksetConfig = TasksetConfig()
     eval_tasksets: list[TasksetConfig] = Field([], description="evaluated whole, on the same engines")
-    default_eval_workflow_type: str = Field("math", description="workflow for eval tasksets")
+    default_eval_workflow_type: str = Field("eval_math", description="workflow for eval tasksets")
 
     def workflow_for(self, taskset: TasksetConfig, is_eval: bool) -> str:
         return taskset.default_workflow_type or (self.default_eval_workflow_type if is_eval else "math")
@@ -94,6 +94,12 @@ class ExplorerConfig(Strict):
     runner_per_model: int = Field(4, ge=1, description="rollout requests in flight per engine, in batches")
     max_timeout: float = Field(900.0, gt=0.0, description="seconds per task attempt")
     max_retry_times: int = Field(2, ge=0)
+    max_repeat_times_per_runner: int | None = Field(
+        None, ge=1, description="split a task's repeats into runs of at most this many (null: no split)"
+    )
+    batch_timeout: float | None = Field(
+        None, gt=0.0, description="seconds for one rollout batch; unfinished tasks are cancelled and reported"
+    )
     eval_interval: int = Field(100, ge=1, description="evaluate every N steps (when eval_tasksets are set)")
     eval_on_startup: bool = Field(True, description="evaluate at step 0 (when eval_tasksets are set)")
 
@@ -130,6 +136,9 @@ class RayConfig(Strict):
 class Config(Strict):
     project: str = Field("rftflow", description="MLflow experiment name unless monitor.experiment is set")
     name: str = Field("explore", description="run name; the default run dir is runs/<name>-<timestamp>")
+    plugin_dirs: list[Path] = Field(
+        [], description="folders of workflow/reward modules, loaded in every worker"
+    )
     model: ModelConfig = ModelConfig()
     buffer: BufferConfig = BufferConfig()
     explorer: ExplorerConfig = ExplorerConfig()
