@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from operators.rewards import REWARD_FNS, extract_answer, format_reward, get_reward_fn, math_accuracy
+from operators.rewards import (
+    REWARD_FNS,
+    answers_match,
+    extract_answer,
+    format_reward,
+    get_reward_fn,
+    math_accuracy,
+)
 
 
 @pytest.mark.parametrize(
@@ -89,3 +96,14 @@ def test_register_refuses_a_second_function_under_a_taken_name(monkeypatch):
     rewards.register_reward("always")(always)
     assert rewards.get_reward_fn("always")("x", "y") == {"reward": 1.0}
     assert "always" not in REWARD_FNS  # the real registry is untouched
+
+
+@pytest.mark.parametrize(
+    "candidate,truth",
+    [("68", "68"), (" -3 ", "-3"), ("2.50", "2.5"), ("+7", "7"), ("67", "68"), ("1/2", "0.5"), ("x", "1")],
+)
+def test_plain_number_fast_path_agrees_with_math_verify(candidate, truth):
+    from math_verify import parse, verify
+
+    expected = bool(verify(parse(truth, parsing_timeout=None), parse(candidate, parsing_timeout=None)))
+    assert answers_match(candidate, truth) is expected
