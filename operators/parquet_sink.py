@@ -26,6 +26,8 @@ RECORD_SCHEMA = pa.schema(
         ("taskset", pa.string()),
         ("step", pa.int64()),
         ("is_eval", pa.bool_()),
+        ("run_id_base", pa.int32()),
+        ("repeat_times", pa.int32()),
         ("ok", pa.bool_()),
         ("message", pa.string()),
         ("attempts", pa.int32()),
@@ -41,7 +43,10 @@ def step_dirname(step: int) -> str:
 
 
 def write_fragments(results: pa.Table, root: str) -> pa.Table:
-    """Ray Data map stage: write each step's experiences as a pending fragment; return a record per task."""
+    """Ray Data map stage: write each step's experiences as a pending fragment; return a record per row.
+
+    A record per result row, i.e. per sub-run `(task_uid, run_id_base)` when a task's repeats are split.
+    """
     records = results.select([n for n in RECORD_SCHEMA.names if n in results.column_names])
     counts = pc.list_value_length(results.column("experiences")).cast(pa.int64())
     fragments: list[str | None] = [None] * len(results)

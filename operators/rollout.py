@@ -1,6 +1,8 @@
 """The rollout operator: a Ray Data async actor pool that forwards each Task row to an engine actor.
 
-Pool actors hold only engine handles (looked up by name); state worth keeping lives in engines and the driver.
+Pool actors hold only engine handles (looked up by name) and idle resettable workflows; state worth keeping
+lives in engines and the driver. A batch's sub-runs run concurrently, spread over the engines in turn; past
+`batch_timeout` the unfinished ones are cancelled and reported as failed rows, so the step still completes.
 """
 
 from __future__ import annotations
@@ -8,48 +10,96 @@ from __future__ import annotations
 import asyncio
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from operators.engine_client import EngineClient
-from operators.workflow_runner import run_task
+from operators.workflow_runner import SubRun, WorkflowRunner, split_task
 from schemas.status import results_to_table
 from schemas.task import tasks_from_table
 
 
 class RolloutOperator:
-    """`map_batches` callable: Task table in, result table (status + experiences per task) out."""
+    """`map_batches` callable: Task table in, result table (status + experiences per sub-run) out."""
 
     def __init__(
-        self, engine_names: list[str], max_timeout: float, max_retry_times: int, plugin_dirs: list[str] = ()
+        self,
+        engine_names: list[str],
+        max_timeout: float,
+        max_retry_times: int,
+        plugin_dirs: list[str] = (),
+        max_repeat_times_per_runner: int | None = None,
+        batch_timeout: float | None = None,
     ):
         import ray
 
         from operators.plugins import load_plugins
+        from pipelines.runtime import NAMESPACE
 
         for plugin_dir in plugin_dirs:  # users' workflows must be registered in this worker too
             load_plugins(Path(plugin_dir))
+        clients = [EngineClient(ray.get_actor(name, namespace=NAMESPACE), name=name) for name in engine_names]
+        self._setup(clients, max_timeout, max_retry_times, max_repeat_times_per_runner, batch_timeout)
 
-        from pipelines.runtime import NAMESPACE
+    @classmethod
+    def from_clients(
+        cls,
+        clients: list[EngineClient],
+        *,
+        max_timeout: float,
+        max_retry_times: int,
+        max_repeat_times_per_runner: int | None = None,
+        batch_timeout: float | None = None,
+    ) -> RolloutOperator:
+        """An operator over given clients (e.g. in-process engines), without Ray."""
+        operator = cls.__new__(cls)
+        operator._setup(clients, max_timeout, max_retry_times, max_repeat_times_per_runner, batch_timeout)
+        return operator
 
-        self.clients = [
-            EngineClient(ray.get_actor(name, namespace=NAMESPACE), name=name) for name in engine_names
-        ]
-        self.turn = itertools.cycle(range(len(self.clients)))
-        self.max_timeout = max_timeout
-        self.max_retry_times = max_retry_times
+    def _setup(
+        self,
+        clients: list[EngineClient],
+        max_timeout: float,
+        max_retry_times: int,
+        max_repeat_times_per_runner: int | None,
+        batch_timeout: float | None,
+    ) -> None:
+        if not clients:
+            raise ValueError("the rollout operator needs at least one engine")
+        self.clients = clients
+        self.turn = itertools.cycle(clients)
+        self.runner = WorkflowRunner(max_timeout, max_retry_times)
+        self.max_repeat_times_per_runner = max_repeat_times_per_runner
+        self.batch_timeout = batch_timeout
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
-        tasks = tasks_from_table(batch)
-        rows = await asyncio.gather(
-            *(
-                run_task(
-                    task,
-                    self.clients[next(self.turn)],
-                    max_timeout=self.max_timeout,
-                    max_retry_times=self.max_retry_times,
-                )
-                for task in tasks
-            )
-        )
-        return results_to_table(list(rows))
+        split = self.max_repeat_times_per_runner
+        subs = [sub for task in tasks_from_table(batch) for sub in split_task(task, split)]
+        return results_to_table(await self.run_all(subs))
+
+    async def run_all(self, subs: list[SubRun]) -> list[dict[str, Any]]:
+        """A row per sub-run, in order; those still running at the batch timeout are cancelled and failed."""
+        if not subs:
+            return []
+        engines = [next(self.turn) for _ in subs]
+        runs = [asyncio.ensure_future(self.runner.run(s, e)) for s, e in zip(subs, engines, strict=True)]
+        try:
+            await asyncio.wait(runs, timeout=self.batch_timeout)
+        finally:  # past the deadline, or this call itself cancelled: nothing may keep generating
+            await cancel(runs)
+        return [
+            self.cancelled_row(sub, engine) if run.cancelled() else run.result()
+            for run, sub, engine in zip(runs, subs, engines, strict=True)
+        ]
+
+    def cancelled_row(self, sub: SubRun, engine: EngineClient) -> dict[str, Any]:
+        return sub.failed_row(engine.name, f"cancelled: batch timeout after {self.batch_timeout:g}s")
+
+
+async def cancel(runs: list[asyncio.Future]) -> None:
+    """Cancel the unfinished runs and wait until they have stopped (their engine requests aborted)."""
+    pending = [run for run in runs if not run.done()]
+    for run in pending:
+        run.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

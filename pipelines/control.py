@@ -1,9 +1,12 @@
-"""The control stage on the driver: gathers per-task records and commits steps in order, each exactly once."""
+"""The control stage on the driver: gathers per-sub-run records and commits steps in order, each exactly once.
+
+A task whose repeats are split reports one record per sub-run, keyed `(task_uid, run_id_base)`.
+"""
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,8 +25,18 @@ class CommittedStep:
     seconds: float
 
 
+def sub_run_keys(records: pa.Table) -> list[tuple[str, int]]:
+    """`(task_uid, run_id_base)` per record: what identifies one sub-run's report."""
+    rows = records.select(["task_uid", "run_id_base"]).to_pylist()
+    return [(row["task_uid"], row["run_id_base"]) for row in rows]
+
+
 class StepCommitter:
-    """A step commits when every one of its tasks has reported (ok or failed) and all earlier steps have."""
+    """A step commits when every sub-run of its tasks has reported (ok or failed) and all earlier steps have.
+
+    `rows_per_task` is how many records each task yields: its sub-runs, as
+    `operators.workflow_runner.runs_per_task(repeat_times, max_repeat_times_per_runner)` counts them.
+    """
 
     def __init__(
         self,
@@ -31,10 +44,14 @@ class StepCommitter:
         sink: ParquetSink,
         clock: Callable[[], float] = time.monotonic,
         first_step: int = 1,
+        rows_per_task: int = 1,
     ):
+        if rows_per_task < 1:
+            raise ValueError(f"rows_per_task must be >= 1, got {rows_per_task}")
         self.plan, self.sink, self.clock = plan, sink, clock
+        self.rows_per_task = rows_per_task
         self.records: dict[int, list[pa.Table]] = defaultdict(list)
-        self.seen: dict[int, set[str]] = defaultdict(set)
+        self.seen: dict[int, set[tuple[str, int]]] = defaultdict(set)
         self.next_step = first_step
         self.last_commit = clock()
 
@@ -42,20 +59,29 @@ class StepCommitter:
     def done(self) -> bool:
         return self.next_step > self.plan.num_steps
 
+    def rows_in_step(self, step: int) -> int:
+        return self.plan.tasks_in_step(step) * self.rows_per_task
+
     def add(self, records: pa.Table) -> list[CommittedStep]:
         steps = records.column("step")
         for step in pc.unique(steps).to_pylist():
             part = records.filter(pc.equal(steps, step))
-            uids = set(part.column("task_uid").to_pylist())
-            if len(uids) != len(part) or uids & self.seen[step] or step < self.next_step:
-                raise RuntimeError(f"step {step}: a task reported twice")
-            self.seen[step] |= uids
+            self.seen[step] |= self._new_keys(step, part)
             self.records[step].append(part)
         committed = []
-        while not self.done and len(self.seen[self.next_step]) >= self.plan.tasks_in_step(self.next_step):
+        while not self.done and len(self.seen[self.next_step]) >= self.rows_in_step(self.next_step):
             committed.append(self._commit(self.next_step))
             self.next_step += 1
         return committed
+
+    def _new_keys(self, step: int, part: pa.Table) -> set[tuple[str, int]]:
+        """The part's sub-run keys; one reported before, or into a committed step, is a bug."""
+        keys = sub_run_keys(part)
+        twice = {k for k, n in Counter(keys).items() if n > 1} | (set(keys) & self.seen[step])
+        if twice or step < self.next_step:
+            shown = sorted(twice) or sorted(keys)[:3]
+            raise RuntimeError(f"step {step}: a task reported twice (task_uid, run_id_base): {shown}")
+        return set(keys)
 
     def _commit(self, step: int) -> CommittedStep:
         records = pa.concat_tables(self.records.pop(step))

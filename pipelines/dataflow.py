@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import ray
 
 from operators.parquet_sink import write_fragments
@@ -13,6 +14,16 @@ from operators.taskset_source import TasksetDatasource
 from schemas.config import Config, TasksetConfig
 
 FORWARDER_CPUS = 0.25  # forwarding actors mostly wait; whole CPUs for them would starve the read tasks
+
+
+class FragmentWriter:
+    """The sink stage as one long-lived actor: short-lived writer tasks made Ray start a worker per batch."""
+
+    def __init__(self, root: str):
+        self.root = root
+
+    def __call__(self, results: pa.Table) -> pa.Table:
+        return write_fragments(results, self.root)
 
 
 def rollout(tasks: ray.data.Dataset, cfg: Config, engine_names: list[str]) -> ray.data.Dataset:
@@ -25,6 +36,8 @@ def rollout(tasks: ray.data.Dataset, cfg: Config, engine_names: list[str]) -> ra
             "max_timeout": explorer.max_timeout,
             "max_retry_times": explorer.max_retry_times,
             "plugin_dirs": [str(p) for p in cfg.plugin_dirs],
+            "max_repeat_times_per_runner": explorer.max_repeat_times_per_runner,
+            "batch_timeout": explorer.batch_timeout,
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",
@@ -46,7 +59,11 @@ def explore_dataset(
     source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
     results = rollout(ray.data.read_datasource(source), cfg, engine_names)
     return results.map_batches(
-        write_fragments, fn_kwargs={"root": str(sink_root)}, batch_format="pyarrow", num_cpus=FORWARDER_CPUS
+        FragmentWriter,
+        fn_constructor_kwargs={"root": str(sink_root)},
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=FORWARDER_CPUS,
     )
 
 

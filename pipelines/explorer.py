@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from operators.parquet_sink import ParquetSink
 from operators.taskset_reader import TasksetPlan, plan_taskset
+from operators.workflow_runner import runs_per_task
 from pipelines.control import CommittedStep, StepCommitter
 from pipelines.metrics import eval_metrics, experience_metrics, sample_table, step_metrics
 from pipelines.monitor import MlflowMonitor, default_tracking_uri
@@ -306,12 +307,18 @@ class Explorer:
     def _committed_steps(self, first: int) -> Iterator[CommittedStep]:
         from pipelines.dataflow import explore_dataset
 
-        committer = StepCommitter(self.plan, self.sink, first_step=first)
+        repeats = runs_per_task(
+            self.config.buffer.explorer_input.taskset.repeat_times,
+            self.config.explorer.max_repeat_times_per_runner,
+        )
+        committer = StepCommitter(self.plan, self.sink, first_step=first, rows_per_task=repeats)
         if committer.done:
             return
         dataset = explore_dataset(self.config, self.plan, self.engines.names, self.sink.root, first)
         for records in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-            self.bar.update(len(records))
+            self.bar.update(
+                pc.sum(pc.equal(records.column("run_id_base"), 0)).as_py() or 0
+            )  # tasks, not sub-runs
             yield from committer.add(records)
         if not committer.done:
             raise RuntimeError(f"the stream ended before step {committer.next_step} was complete")

@@ -1,6 +1,7 @@
-"""Status of one task attempt group, and the per-task result row the rollout operator emits.
+"""Status of one sub-run's attempt group, and the result row the rollout operator emits for it.
 
-Every dispatched task yields exactly one result row, ok or not, so a failed task is counted, never dropped.
+A task's repeats may be split into sub-runs (`run_id_base`, `repeat_times`); every dispatched sub-run yields
+exactly one result row, ok or not, so a failed one is counted, never dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ RESULT_SCHEMA = pa.schema(
         ("taskset", pa.string()),
         ("step", pa.int64()),
         ("is_eval", pa.bool_()),
+        ("run_id_base", pa.int32()),
+        ("repeat_times", pa.int32()),
         ("ok", pa.bool_()),
         ("metric", pa.string()),
         ("message", pa.string()),
@@ -46,17 +49,23 @@ def result_row(
     taskset: str,
     step: int,
     is_eval: bool,
+    run_id_base: int,
+    repeat_times: int,
     status: Status,
     task_run_time: float,
     experiences: list[Experience],
 ) -> dict[str, Any]:
+    """One sub-run's row; its metric always includes `task_run_time`, ok or not."""
+    metric = {**status.metric, "task_run_time": task_run_time}
     return {
         "task_uid": task_uid,
         "taskset": taskset,
         "step": step,
         "is_eval": is_eval,
+        "run_id_base": run_id_base,
+        "repeat_times": repeat_times,
         "ok": status.ok,
-        "metric": json.dumps(status.metric, sort_keys=True),
+        "metric": json.dumps(metric, sort_keys=True),
         "message": status.message,
         "attempts": status.attempts,
         "runner": status.runner,

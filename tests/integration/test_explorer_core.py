@@ -62,3 +62,11 @@ def test_resume_continues_the_same_run_without_duplicates(engines, tmp_path):
     assert table.num_rows == 5 * 4 * 2 == len(set(table.column("uid").to_pylist()))
     state = json.loads((run_dir / "explorer_state.json").read_text())
     assert state["latest_step"] == 5 and state["task_index"] == 20
+
+
+def test_split_repeats_commit_each_step_once(engines, tmp_path):
+    cfg = load_config(None, [*BASE, "buffer.total_steps=2", "explorer.max_repeat_times_per_runner=1"])
+    summary = explore(cfg, tmp_path / "run", progress=False, engines=engines)
+    table = pq.read_table(summary.run_dir / "experiences")
+    assert table.num_rows == 2 * 4 * 2 == len(set(table.column("uid").to_pylist()))
+    assert sorted(set(table.column("run_id").to_pylist())) == [0, 1]

@@ -1,4 +1,4 @@
-"""StepCommitter: steps commit in order, once, when all their tasks have reported (ok or failed)."""
+"""StepCommitter: steps commit in order, once, when all their tasks' sub-runs have reported (ok or failed)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from unit_factories import make_results
 
 from operators.parquet_sink import ParquetSink, write_fragments
 from operators.taskset_reader import TasksetPlan
-from pipelines.control import StepCommitter
+from pipelines.control import StepCommitter, sub_run_keys
 
 
 class FakeClock:
@@ -24,14 +24,22 @@ def clock():
     return FakeClock()
 
 
+PLAN = TasksetPlan(files=(("tasks.jsonl", 10),), batch_size=4, total_epochs=1, total_steps=None)
+
+
 @pytest.fixture
 def committer(tmp_path, clock):
     """10 tasks, 4 per step: steps of 4, 4 and 2 tasks."""
-    plan = TasksetPlan(files=(("tasks.jsonl", 10),), batch_size=4, total_epochs=1, total_steps=None)
-    return StepCommitter(plan, ParquetSink(tmp_path / "experiences"), clock=clock)
+    return StepCommitter(PLAN, ParquetSink(tmp_path / "experiences"), clock=clock)
 
 
-def report(committer: StepCommitter, spec: list[tuple[str, int, int]]):
+@pytest.fixture
+def split_committer(tmp_path, clock):
+    """The same plan with each task's repeats split into 2 sub-runs (e.g. repeat_times 4, 2 per runner)."""
+    return StepCommitter(PLAN, ParquetSink(tmp_path / "experiences"), clock=clock, rows_per_task=2)
+
+
+def report(committer: StepCommitter, spec: list[tuple]):
     """Write the tasks' fragments like a writer stage would and hand the records to the committer."""
     return committer.add(write_fragments(make_results(spec), str(committer.sink.root)))
 
@@ -107,3 +115,34 @@ def test_an_empty_batch_commits_nothing(committer):
     assert isinstance(empty, pa.Table) and empty.num_rows == 0
     assert committer.add(empty) == []
     assert committer.next_step == 1
+
+
+def sub_runs(step: int, uids: str, base: int) -> list[tuple[str, int, int, int]]:
+    """One sub-run of 2 experiences (run ids base, base+1) for each task."""
+    return [(uid, step, 2, base) for uid in uids]
+
+
+def test_a_split_step_commits_once_every_sub_run_has_reported(split_committer):
+    assert report(split_committer, sub_runs(1, "abcd", 0)) == []
+    assert report(split_committer, sub_runs(1, "abc", 2)) == []
+    (done,) = report(split_committer, [("d", 1, 0, 2)])  # a failed sub-run completes its step too
+    uids = sorted(done.experiences.column("uid").to_pylist())
+    assert uids == [f"{u}/{run}" for u in "abcd" for run in range(4)][:-2]  # all but d/2 and d/3
+    records = done.records
+    keys = sorted(sub_run_keys(records))
+    assert keys == [(u, base) for u in "abcd" for base in (0, 2)]
+    assert records.column("ok").to_pylist().count(False) == 1
+    assert split_committer.next_step == 2
+
+
+def test_a_sub_run_reported_twice_raises(split_committer):
+    report(split_committer, sub_runs(1, "a", 2))
+    with pytest.raises(
+        RuntimeError, match=r"a task reported twice \(task_uid, run_id_base\): \[\('a', 2\)\]"
+    ):
+        report(split_committer, sub_runs(1, "a", 2))
+
+
+def test_rows_per_task_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="rows_per_task must be >= 1"):
+        StepCommitter(PLAN, ParquetSink(tmp_path), rows_per_task=0)

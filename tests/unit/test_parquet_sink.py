@@ -59,6 +59,17 @@ def test_write_fragments_writes_one_fragment_per_step_and_a_record_per_task(root
     assert not list(root.glob("step_*"))  # nothing is visible before a commit
 
 
+def test_write_fragments_keeps_each_sub_run_as_its_own_record(root):
+    records = write_fragments(make_results([("a", 1, 2, 0), ("a", 1, 2, 2), ("a", 1, 0, 4)]), str(root))
+    rows = [
+        (r["task_uid"], r["run_id_base"], r["repeat_times"], r["num_experiences"])
+        for r in records.to_pylist()
+    ]
+    assert rows == [("a", 0, 2, 2), ("a", 2, 2, 2), ("a", 4, 1, 0)]
+    (fragment,) = fragments_of(records)
+    assert pq.read_table(pending_dir(root, 1) / fragment).column("run_id").to_pylist() == [0, 1, 2, 3]
+
+
 def test_write_fragments_of_failed_tasks_writes_nothing(root):
     records = write_fragments(make_results([("a", 1, 0), ("b", 1, 0)]), str(root))
     assert records.column("num_experiences").to_pylist() == [0, 0]

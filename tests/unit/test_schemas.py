@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pyarrow as pa
@@ -154,6 +155,14 @@ def test_results_flatten_back_to_experiences_skipping_failed_tasks():
     assert flat.column("uid").to_pylist() == ["a/0", "a/1", "c/0"]
     expected = experiences_to_table([make_experience(u, r) for u, r in [("a", 0), ("a", 1), ("c", 0)]])
     assert flat.equals(expected)
+
+
+def test_result_rows_name_their_sub_run_and_put_task_run_time_into_the_metric():
+    results = make_results([("a", 1, 2, 4), ("b", 1, 0)])
+    rows = results.to_pylist()
+    assert [(r["run_id_base"], r["repeat_times"]) for r in rows] == [(4, 2), (0, 1)]
+    assert [json.loads(r["metric"]) for r in rows] == [{"task_run_time": 0.25}] * 2
+    assert flatten_experiences(results).column("run_id").to_pylist() == [4, 5]
 
 
 def test_flatten_respects_slices_and_chunks():

@@ -36,26 +36,38 @@ def make_experience(task_uid: str = "t/e0/0", run_id: int = 0, **overrides: Any)
 
 
 def make_result(
-    task_uid: str, step: int = 1, n_experiences: int = 2, ok: bool = True, message: str | None = None
+    task_uid: str,
+    step: int = 1,
+    n_experiences: int = 2,
+    ok: bool = True,
+    message: str | None = None,
+    run_id_base: int = 0,
 ) -> dict[str, Any]:
-    """One result row as the rollout operator emits it, with `n_experiences` runs of the task."""
-    experiences = [make_experience(task_uid, run, step=step) for run in range(n_experiences)]
+    """One sub-run's result row as the rollout operator emits it, with runs `run_id_base ..` of the task."""
+    runs = range(run_id_base, run_id_base + n_experiences)
+    experiences = [make_experience(task_uid, run, step=step) for run in runs]
     return result_row(
         task_uid=task_uid,
         taskset="t",
         step=step,
         is_eval=False,
+        run_id_base=run_id_base,
+        repeat_times=max(n_experiences, 1),
         status=Status(ok=ok, message=message),
         task_run_time=0.25,
         experiences=experiences,
     )
 
 
-def make_results(spec: list[tuple[str, int, int]]) -> pa.Table:
-    """A result table from (task_uid, step, n_experiences); a task with no experiences is a failed one."""
-    return results_to_table(
-        [make_result(uid, step, n, ok=n > 0, message=None if n else "boom") for uid, step, n in spec]
-    )
+def make_results(spec: list[tuple[Any, ...]]) -> pa.Table:
+    """A result table from (task_uid, step, n_experiences[, run_id_base]); no experiences means failed."""
+    rows = []
+    for uid, step, n, *base in spec:
+        run_id_base = base[0] if base else 0
+        rows.append(
+            make_result(uid, step, n, ok=n > 0, message=None if n else "boom", run_id_base=run_id_base)
+        )
+    return results_to_table(rows)
 
 
 def qa_rows(n: int, start: int = 0) -> list[dict[str, str]]:
