@@ -70,3 +70,35 @@ def test_split_repeats_commit_each_step_once(engines, tmp_path):
     table = pq.read_table(summary.run_dir / "experiences")
     assert table.num_rows == 2 * 4 * 2 == len(set(table.column("uid").to_pylist()))
     assert sorted(set(table.column("run_id").to_pylist())) == [0, 1]
+
+
+PLUGIN = """
+from operators.rewards import register_reward
+from operators.workflows.math import MathWorkflow
+from operators.workflows.registry import register_workflow
+
+
+@register_reward("always_half")
+def always_half(response: str, truth: str) -> dict[str, float]:
+    return {"reward": 0.5, "half": 0.5}
+
+
+@register_workflow("plugin_math")
+class PluginMath(MathWorkflow):
+    default_reward_fn = "always_half"
+"""
+
+
+def test_plugin_workflow_runs_in_the_ray_workers(engines, tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "mine.py").write_text(PLUGIN)
+    cfg = load_config(
+        None,
+        [*BASE, "buffer.total_steps=1", "buffer.explorer_input.taskset.default_workflow_type=plugin_math"],
+    )
+    cfg.plugin_dirs = [plugins]
+    summary = explore(cfg, tmp_path / "run", progress=False, engines=engines)
+    table = pq.read_table(summary.run_dir / "experiences")
+    assert table.num_rows == 4 * 2
+    assert set(table.column("reward").to_pylist()) == {0.5}
