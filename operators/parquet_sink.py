@@ -17,24 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from schemas.status import flatten_experiences
+from schemas.status import RESULT_SCHEMA, flatten_experiences
 
 PENDING = "_pending"
+# A result row without its experiences (written to the fragment) and with the fragment's name instead.
 RECORD_SCHEMA = pa.schema(
-    [
-        ("task_uid", pa.string()),
-        ("taskset", pa.string()),
-        ("step", pa.int64()),
-        ("is_eval", pa.bool_()),
-        ("run_id_base", pa.int32()),
-        ("repeat_times", pa.int32()),
-        ("ok", pa.bool_()),
-        ("message", pa.string()),
-        ("attempts", pa.int32()),
-        ("task_run_time", pa.float64()),
-        ("num_experiences", pa.int64()),
-        ("fragment", pa.string()),
-    ]
+    [f for f in RESULT_SCHEMA if f.name not in ("metric", "runner", "experiences")]
+    + [pa.field("num_experiences", pa.int64()), pa.field("fragment", pa.string())]
 )
 
 
