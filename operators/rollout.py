@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators.engine_client import EngineClient
+from operators.step_gate import GateClient
 from operators.workflow_runner import SubRun, WorkflowRunner, split_task
 from schemas.status import results_to_table
 from schemas.task import tasks_from_table
@@ -31,6 +32,7 @@ class RolloutOperator:
         plugin_dirs: list[str] = (),
         max_repeat_times_per_runner: int | None = None,
         batch_timeout: float | None = None,
+        gate_name: str | None = None,
     ):
         import ray
 
@@ -41,6 +43,8 @@ class RolloutOperator:
             load_plugins(Path(plugin_dir))
         clients = [EngineClient(ray.get_actor(name, namespace=NAMESPACE), name=name) for name in engine_names]
         self._setup(clients, max_timeout, max_retry_times, max_repeat_times_per_runner, batch_timeout)
+        if gate_name is not None:
+            self.gate = GateClient(ray.get_actor(gate_name, namespace=NAMESPACE))
 
     @classmethod
     def from_clients(
@@ -72,10 +76,16 @@ class RolloutOperator:
         self.runner = WorkflowRunner(max_timeout, max_retry_times)
         self.max_repeat_times_per_runner = max_repeat_times_per_runner
         self.batch_timeout = batch_timeout
+        self.gate: GateClient | None = None
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
+        tasks = tasks_from_table(batch)
+        if (
+            self.gate is not None and tasks
+        ):  # before the batch clock starts: waiting for a sync is not slowness
+            await self.gate.admit(max(task.step for task in tasks))
         split = self.max_repeat_times_per_runner
-        subs = [sub for task in tasks_from_table(batch) for sub in split_task(task, split)]
+        subs = [sub for task in tasks for sub in split_task(task, split)]
         return results_to_table(await self.run_all(subs))
 
     async def run_all(self, subs: list[SubRun]) -> list[dict[str, Any]]:

@@ -26,7 +26,9 @@ class FragmentWriter:
         return write_fragments(results, self.root)
 
 
-def rollout(tasks: ray.data.Dataset, cfg: Config, engine_names: list[str]) -> ray.data.Dataset:
+def rollout(
+    tasks: ray.data.Dataset, cfg: Config, engine_names: list[str], gate_name: str | None = None
+) -> ray.data.Dataset:
     """Task rows → result rows (status + experiences per task), by forwarding actors that call the engines."""
     explorer = cfg.explorer
     return tasks.map_batches(
@@ -38,6 +40,7 @@ def rollout(tasks: ray.data.Dataset, cfg: Config, engine_names: list[str]) -> ra
             "plugin_dirs": [str(p) for p in cfg.plugin_dirs],
             "max_repeat_times_per_runner": explorer.max_repeat_times_per_runner,
             "batch_timeout": explorer.batch_timeout,
+            "gate_name": gate_name,
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",
@@ -51,13 +54,18 @@ def rollout(tasks: ray.data.Dataset, cfg: Config, engine_names: list[str]) -> ra
 
 
 def explore_dataset(
-    cfg: Config, plan: TasksetPlan, engine_names: list[str], sink_root: Path, first_step: int = 1
+    cfg: Config,
+    plan: TasksetPlan,
+    engine_names: list[str],
+    sink_root: Path,
+    gate_name: str,
+    first_step: int = 1,
 ) -> ray.data.Dataset:
     """The training stream from `first_step` on; its rows are the sink's per-task records."""
     explorer_input = cfg.buffer.explorer_input
     workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
     source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
-    results = rollout(ray.data.read_datasource(source), cfg, engine_names)
+    results = rollout(ray.data.read_datasource(source), cfg, engine_names, gate_name)
     return results.map_batches(
         FragmentWriter,
         fn_constructor_kwargs={"root": str(sink_root)},

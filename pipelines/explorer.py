@@ -26,7 +26,7 @@ from pipelines.metrics import eval_metrics, experience_metrics, sample_table, st
 from pipelines.monitor import MlflowMonitor, default_tracking_uri
 from pipelines.runtime import EngineSet, check_model_dir, init_ray, launch_engines, stop_engines, wait_engines
 from pipelines.state import ExplorerState
-from pipelines.sync_policy import read_trainer_status, sync_due
+from pipelines.sync_policy import read_trainer_status, release_boundary, sync_due
 from schemas.config import Config, flatten
 from schemas.errors import InputError
 
@@ -65,6 +65,7 @@ class Explorer:
         self.pending_evals: list[Future] = []
         self.started = time.monotonic()
         self.bar: Any = None
+        self.gate: Any = None
 
     @property
     def name(self) -> str:
@@ -108,6 +109,7 @@ class Explorer:
         self.state.save(self.run_dir)
         if cfg.explorer.eval_on_startup and self.state.latest_step == 0:
             self._start_eval(0)
+        self._open_gate()
         self._open_stream()
 
     async def explore(self) -> str:
@@ -131,6 +133,8 @@ class Explorer:
             self._start_eval(done.step)
         if await self.need_sync():
             await self.sync_weight()
+            self.state.last_sync_step = done.step
+            await asyncio.to_thread(self._release_period)
         self.state.task_index = min(done.step * self.config.buffer.batch_size, self.plan.total_tasks)
         self.state.save(self.run_dir)
         await self._finish_evals(wait=False)
@@ -142,6 +146,11 @@ class Explorer:
         self.evals.shutdown(wait=False, cancel_futures=True)
         stop_engines(self.owned)
         self.owned = None
+        if self.gate is not None:
+            import ray
+
+            ray.kill(self.gate)
+            self.gate = None
         self.sink.discard_pending()
         self._close_bar()
         if self.monitor is not None:
@@ -288,6 +297,35 @@ class Explorer:
         text = yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False)
         (self.run_dir / "config.yaml").write_text(text)
 
+    @property
+    def gate_name(self) -> str:
+        return f"{self.name}/gate"
+
+    def _open_gate(self) -> None:
+        """The step gate actor, with the first period released."""
+        import ray
+
+        from operators.step_gate import StepGate
+        from pipelines.runtime import NAMESPACE
+
+        gate = ray.remote(StepGate).options(name=self.gate_name, namespace=NAMESPACE, num_cpus=0)
+        self.gate = gate.remote(self.state.latest_step)
+        self._release_period()
+
+    def _release_period(self) -> None:
+        import ray
+
+        sync = self.config.synchronizer
+        upto = release_boundary(
+            sync.sync_method,
+            sync.sync_style,
+            latest_step=self.state.latest_step,
+            num_steps=self.plan.num_steps,
+            interval=sync.sync_interval,
+            offset=sync.sync_offset,
+        )
+        ray.get(self.gate.release.remote(upto))
+
     def _open_stream(self) -> None:
         from tqdm import tqdm
 
@@ -314,7 +352,8 @@ class Explorer:
         committer = StepCommitter(self.plan, self.sink, first_step=first, rows_per_task=repeats)
         if committer.done:
             return
-        dataset = explore_dataset(self.config, self.plan, self.engines.names, self.sink.root, first)
+        gate = self.gate_name
+        dataset = explore_dataset(self.config, self.plan, self.engines.names, self.sink.root, gate, first)
         for records in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
             self.bar.update(
                 pc.sum(pc.equal(records.column("run_id_base"), 0)).as_py() or 0

@@ -63,3 +63,21 @@ def read_trainer_status(source: str | None) -> TrainerStatus:
     if state not in ("running", "require_sync", "stopped"):
         state = "unknown"
     return TrainerStatus(state=state, version=int(raw.get("version", 0)))
+
+
+def release_boundary(
+    method: str, style: str, *, latest_step: int, num_steps: int, interval: int, offset: int = 0
+) -> int:
+    """The last step whose tasks may start now: up to and including the next step after which a sync is due.
+
+    Without a weight source everything is released. `dynamic_by_trainer` cannot know its next sync ahead, so
+    it is not gated here (the staleness bound at the sink limits it instead).
+    """
+    if method == "none" or style == "dynamic_by_trainer":
+        return num_steps
+    step = latest_step + 1
+    while step < num_steps and not sync_due(
+        style, step, interval=interval, offset=offset, last_sync_step=latest_step
+    ):
+        step += 1
+    return min(step, num_steps)
