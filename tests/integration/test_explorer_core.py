@@ -102,3 +102,17 @@ def test_plugin_workflow_runs_in_the_ray_workers(engines, tmp_path):
     table = pq.read_table(summary.run_dir / "experiences")
     assert table.num_rows == 4 * 2
     assert set(table.column("reward").to_pylist()) == {0.5}
+
+
+def test_get_actor_returns_one_named_explorer_actor(engines):
+    import ray
+
+    from pipelines.explorer import Explorer
+
+    cfg = load_config(None, [*BASE, "name=actor-check"])
+    actor = Explorer.get_actor(cfg)
+    assert ray.get(actor.is_alive.remote()) is True
+    assert ray.get(Explorer.get_actor(cfg).is_alive.remote()) is True
+    named = ray.get_actor("explorer/actor-check", namespace="rftflow")
+    assert named._actor_id == actor._actor_id
+    ray.kill(named)
