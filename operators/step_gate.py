@@ -28,9 +28,6 @@ class StepGate:
             self.changed.notify_all()
             return self.released
 
-    def released_step(self) -> int:
-        return self.released
-
 
 class GateClient:
     """A forwarder's view of the gate: asks the actor only for steps beyond what it already knows is open."""
