@@ -2,13 +2,20 @@
 
 It lives outside Ray Data (pool actors are rebuilt silently and cannot be messaged), so the rollout operator
 only forwards requests to it. The model version is read when a request is dispatched, never at completion.
+
+Weights are swapped in place (no restart) by `operators.weight_worker`, inside a pause: new requests wait,
+requests in flight finish on the old weights, and no request ever runs on a mix of versions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from schemas.config import RolloutModelConfig
@@ -68,11 +75,17 @@ class VLLMEngine:
             seed=rollout.seed,
             gpu_memory_utilization=rollout.gpu_memory_utilization,
             disable_log_stats=True,
+            worker_extension_cls="operators.weight_worker.WeightWorker",
         )
         self.llm = AsyncLLM.from_engine_args(args)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_path = str(model_path)
         self.model_version = model_version
+        self.workers = rollout.tensor_parallel_size
+        self.open = asyncio.Event()
+        self.open.set()
+        self.in_flight = 0
+        self.drained = asyncio.Condition()
 
     def ready(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "model_version": self.model_version}
@@ -95,14 +108,21 @@ class VLLMEngine:
         prompt_ids = (
             self.tokenizer.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else prompt
         )
-        version = self.model_version  # stamped at dispatch
         params = SamplingParams(**sampling, output_kind=RequestOutputKind.FINAL_ONLY)
         params.logprobs = sampling.get("logprobs") or 0
-        final = None
-        async for output in self.llm.generate(
-            {"prompt_token_ids": list(prompt_ids)}, params, uuid.uuid4().hex
-        ):
-            final = output
+        await self.open.wait()  # a weight swap in progress holds new requests back
+        version = self.model_version  # stamped at dispatch
+        self.in_flight += 1
+        try:
+            final = None
+            async for output in self.llm.generate(
+                {"prompt_token_ids": list(prompt_ids)}, params, uuid.uuid4().hex
+            ):
+                final = output
+        finally:
+            async with self.drained:
+                self.in_flight -= 1
+                self.drained.notify_all()
         samples = []
         for choice in final.outputs:
             ids = list(choice.token_ids)
@@ -110,6 +130,70 @@ class VLLMEngine:
             samples.append(Sample(ids, lps, str(choice.finish_reason), choice.text))
         text = self.tokenizer.decode(prompt_ids)
         return asdict(Generation(list(prompt_ids), text, version, samples))
+
+    # -- weights ----------------------------------------------------------------------------------------
+
+    async def _swap(self, version: int, load: Callable[[], Awaitable[int]]) -> dict[str, float]:
+        """Pause, let requests in flight finish, load, stamp the new version, resume; reports the pause."""
+        paused = time.perf_counter()
+        self.open.clear()
+        try:
+            async with self.drained:
+                await self.drained.wait_for(lambda: self.in_flight == 0)
+            loaded = time.perf_counter()
+            nbytes = await load()
+            self.model_version = version
+        finally:
+            self.open.set()
+        now = time.perf_counter()
+        return {"version": version, "bytes": nbytes, "pause_s": now - paused, "load_s": now - loaded}
+
+    async def load_checkpoint(
+        self, path: str, version: int, timeout: float | None = None
+    ) -> dict[str, float]:
+        """Reload every weight in place from a Hugging Face directory (already checked by the caller)."""
+
+        async def load() -> int:
+            await self.llm.collective_rpc("reload_weights", timeout, kwargs={"weights_path": str(path)})
+            return sum(p.stat().st_size for p in Path(path).glob("*.safetensors"))
+
+        return await self._swap(version, load)
+
+    async def load_state_dict(
+        self, state_dict: dict[str, Any], version: int, timeout: float | None = None
+    ) -> dict[str, float]:
+        """Reload from tensors handed over in memory (checkpoint names, e.g. from the Ray object store)."""
+        from operators.weight_worker import to_wire
+
+        wires = [to_wire(name, tensor) for name, tensor in state_dict.items()]
+
+        async def load() -> int:
+            return (await self.llm.collective_rpc("rftflow_load", timeout, args=(wires,)))[0]
+
+        return await self._swap(version, load)
+
+    async def open_weight_group(
+        self, address: str, port: int, rank_offset: int, world_size: int, backend: str, timeout: float
+    ) -> list[int]:
+        """Join the trainer's broadcast group; this engine's workers take ranks from `rank_offset`."""
+        args = (address, port, rank_offset, world_size, backend, timeout)
+        return await self.llm.collective_rpc("rftflow_open_group", timeout, args=args)
+
+    async def receive_weights(
+        self, meta: list, version: int, timeout: float | None = None
+    ) -> dict[str, float]:
+        """Receive the trainer's bucketed broadcast of `meta`'s tensors and load them in place."""
+
+        async def load() -> int:
+            return (await self.llm.collective_rpc("rftflow_receive", timeout, args=(meta,)))[0]
+
+        return await self._swap(version, load)
+
+    async def get_weight(self, name: str):
+        """The tensor the engine holds under vLLM's parameter name, in the engine's dtype."""
+        from operators.weight_worker import from_wire
+
+        return from_wire((await self.llm.collective_rpc("rftflow_get", args=(name,)))[0])[1]
 
     def shutdown(self) -> None:
         self.llm.shutdown()

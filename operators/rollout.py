@@ -1,5 +1,8 @@
 """The rollout operator: a Ray Data async actor pool that forwards each Task row to an engine actor.
 
+With a sink root, it is also the sink's writing stage: each finished batch's experiences are written as
+pending fragments at once, and the batch's records are reported through the step gate to the driver.
+
 Pool actors hold only engine handles (looked up by name) and idle resettable workflows; state worth keeping
 lives in engines and the driver. A batch's sub-runs run concurrently, spread over the engines in turn; past
 `batch_timeout` the unfinished ones are cancelled and reported as failed rows, so the step still completes.
@@ -15,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators.engine_client import EngineClient
+from operators.parquet_sink import write_fragments
 from operators.step_gate import GateClient
 from operators.workflow_runner import SubRun, WorkflowRunner, split_task
 from schemas.status import results_to_table
@@ -33,6 +37,7 @@ class RolloutOperator:
         max_repeat_times_per_runner: int | None = None,
         batch_timeout: float | None = None,
         gate_name: str | None = None,
+        sink_root: str | None = None,
     ):
         import ray
 
@@ -45,6 +50,7 @@ class RolloutOperator:
         self._setup(clients, max_timeout, max_retry_times, max_repeat_times_per_runner, batch_timeout)
         if gate_name is not None:
             self.gate = GateClient(ray.get_actor(gate_name, namespace=NAMESPACE))
+        self.sink_root = sink_root
 
     @classmethod
     def from_clients(
@@ -77,6 +83,7 @@ class RolloutOperator:
         self.max_repeat_times_per_runner = max_repeat_times_per_runner
         self.batch_timeout = batch_timeout
         self.gate: GateClient | None = None
+        self.sink_root: str | None = None
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         tasks = tasks_from_table(batch)
@@ -86,7 +93,13 @@ class RolloutOperator:
             await self.gate.admit(max(task.step for task in tasks))
         split = self.max_repeat_times_per_runner
         subs = [sub for task in tasks for sub in split_task(task, split)]
-        return results_to_table(await self.run_all(subs))
+        results = results_to_table(await self.run_all(subs))
+        if self.sink_root is None:
+            return results
+        records = write_fragments(results, self.sink_root)  # the batch's experiences land now
+        if self.gate is not None:
+            await self.gate.report(records)
+        return records
 
     async def run_all(self, subs: list[SubRun]) -> list[dict[str, Any]]:
         """A row per sub-run, in order; those still running at the batch timeout are cancelled and failed."""

@@ -1,12 +1,18 @@
-"""The step gate: tasks of a step start only once the driver has released that step.
+"""The step gate: tasks of a step start only once the driver has released that step, and report back here.
 
 The driver releases a whole period at a time (up to the next step after which a sync falls due), so steps
 inside a period overlap freely while no task of the next period runs on weights older than its sync.
+
+Finished batches report their sink records through the gate rather than through Ray Data's output: Ray Data
+packs a task's outputs into one block, so a step's records could sit behind a gated later step of the same
+block, and the step that would release it could never commit.
 """
 
 from __future__ import annotations
 
 import asyncio
+
+import pyarrow as pa
 
 
 class StepGate:
@@ -15,6 +21,8 @@ class StepGate:
     def __init__(self, released: int = 0):
         self.released = released
         self.changed = asyncio.Condition()
+        self.reports: list[pa.Table] = []
+        self.reported = asyncio.Condition()
 
     async def wait(self, step: int) -> int:
         """Return once `step` is released; returns the released step so callers can skip later calls."""
@@ -28,6 +36,21 @@ class StepGate:
             self.changed.notify_all()
             return self.released
 
+    async def report(self, records: pa.Table) -> None:
+        async with self.reported:
+            self.reports.append(records)
+            self.reported.notify_all()
+
+    async def collect(self, timeout: float) -> list[pa.Table]:
+        """Every report so far (waiting up to `timeout` for the first); each is handed out once."""
+        async with self.reported:
+            try:
+                await asyncio.wait_for(self.reported.wait_for(lambda: self.reports), timeout)
+            except TimeoutError:
+                return []
+            reports, self.reports = self.reports, []
+            return reports
+
 
 class GateClient:
     """A forwarder's view of the gate: asks the actor only for steps beyond what it already knows is open."""
@@ -35,6 +58,13 @@ class GateClient:
     def __init__(self, gate):
         self.gate = gate
         self.known = 0
+
+    async def report(self, records: pa.Table) -> None:
+        await (
+            self.gate.report.remote(records)
+            if hasattr(self.gate.report, "remote")
+            else self.gate.report(records)
+        )
 
     async def admit(self, step: int) -> None:
         if step > self.known:

@@ -23,6 +23,19 @@ class CommittedStep:
     experiences: pa.Table
     records: pa.Table
     seconds: float
+    reference_version: int = 0  # the trainer's newest version when the step committed
+    dropped_stale: int = 0
+
+
+@dataclass
+class StalenessBound:
+    """Experiences more than `max_versions` behind `reference()` (the trainer's newest version) are dropped.
+
+    Staleness is read when a step commits, the first moment a trainer can consume it.
+    """
+
+    max_versions: int | None
+    reference: Callable[[], int]
 
 
 def sub_run_keys(records: pa.Table) -> list[tuple[str, int]]:
@@ -45,11 +58,13 @@ class StepCommitter:
         clock: Callable[[], float] = time.monotonic,
         first_step: int = 1,
         rows_per_task: int = 1,
+        staleness: StalenessBound | None = None,
     ):
         if rows_per_task < 1:
             raise ValueError(f"rows_per_task must be >= 1, got {rows_per_task}")
         self.plan, self.sink, self.clock = plan, sink, clock
         self.rows_per_task = rows_per_task
+        self.staleness = staleness or StalenessBound(None, lambda: 0)
         self.records: dict[int, list[pa.Table]] = defaultdict(list)
         self.seen: dict[int, set[tuple[str, int]]] = defaultdict(set)
         self.next_step = first_step
@@ -87,7 +102,9 @@ class StepCommitter:
         records = pa.concat_tables(self.records.pop(step))
         del self.seen[step]
         fragments = {f for f in records.column("fragment").to_pylist() if f}
-        self.sink.commit_step(step, fragments)
+        reference = self.staleness.reference()
+        bound = self.staleness.max_versions
+        dropped = self.sink.commit_step(step, fragments, None if bound is None else reference - bound)
         now = self.clock()
         seconds, self.last_commit = now - self.last_commit, now
-        return CommittedStep(step, self.sink.read_step(step), records, seconds)
+        return CommittedStep(step, self.sink.read_step(step), records, seconds, reference, dropped)

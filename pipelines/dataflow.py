@@ -1,13 +1,11 @@
-"""The Ray Data plan: read tasks → rollout (async actor pool forwarding to engines) → sink fragments."""
+"""The Ray Data plan: read tasks, then rollout (actor pool forwarding to engines and writing fragments)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 import ray
 
-from operators.parquet_sink import write_fragments
 from operators.rollout import RolloutOperator
 from operators.taskset_reader import TasksetPlan
 from operators.taskset_source import TasksetDatasource
@@ -16,18 +14,12 @@ from schemas.config import Config, TasksetConfig
 FORWARDER_CPUS = 0.25  # forwarding actors mostly wait; whole CPUs for them would starve the read tasks
 
 
-class FragmentWriter:
-    """The sink stage as one long-lived actor: short-lived writer tasks made Ray start a worker per batch."""
-
-    def __init__(self, root: str):
-        self.root = root
-
-    def __call__(self, results: pa.Table) -> pa.Table:
-        return write_fragments(results, self.root)
-
-
 def rollout(
-    tasks: ray.data.Dataset, cfg: Config, engine_names: list[str], gate_name: str | None = None
+    tasks: ray.data.Dataset,
+    cfg: Config,
+    engine_names: list[str],
+    gate_name: str | None = None,
+    sink_root: Path | None = None,
 ) -> ray.data.Dataset:
     """Task rows → result rows (status + experiences per task), by forwarding actors that call the engines."""
     explorer = cfg.explorer
@@ -41,6 +33,7 @@ def rollout(
             "max_repeat_times_per_runner": explorer.max_repeat_times_per_runner,
             "batch_timeout": explorer.batch_timeout,
             "gate_name": gate_name,
+            "sink_root": None if sink_root is None else str(sink_root),
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",
@@ -61,18 +54,11 @@ def explore_dataset(
     gate_name: str,
     first_step: int = 1,
 ) -> ray.data.Dataset:
-    """The training stream from `first_step` on; its rows are the sink's per-task records."""
+    """The training stream from `first_step` on; batches write fragments and report records to the gate."""
     explorer_input = cfg.buffer.explorer_input
     workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
     source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
-    results = rollout(ray.data.read_datasource(source), cfg, engine_names, gate_name)
-    return results.map_batches(
-        FragmentWriter,
-        fn_constructor_kwargs={"root": str(sink_root)},
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=1),
-        num_cpus=FORWARDER_CPUS,
-    )
+    return rollout(ray.data.read_datasource(source), cfg, engine_names, gate_name, sink_root)
 
 
 def eval_dataset(

@@ -18,19 +18,20 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from operators.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, tensor_meta
 from operators.parquet_sink import ParquetSink
 from operators.taskset_reader import TasksetPlan, plan_taskset
 from operators.workflow_runner import runs_per_task
-from pipelines.control import CommittedStep, StepCommitter
+from pipelines.control import CommittedStep, StalenessBound, StepCommitter
 from pipelines.metrics import eval_metrics, experience_metrics, sample_table, step_metrics
 from pipelines.monitor import MlflowMonitor, default_tracking_uri
 from pipelines.runtime import EngineSet, check_model_dir, init_ray, launch_engines, stop_engines, wait_engines
 from pipelines.state import ExplorerState
 from pipelines.sync_policy import read_trainer_status, release_boundary, sync_due
+from pipelines.weight_sync import CheckpointSource, HubSource, SyncOutcome, WeightSyncer
 from schemas.config import Config, flatten
 from schemas.errors import InputError
 
-WEIGHT_SYNC_TODO = "weight sync sources (checkpoint, broadcast, memory) are not built yet"
 BENCHMARK_TODO = "checkpoint benchmarking is not built yet; it will be `python -m pipelines.bench`"
 
 
@@ -66,6 +67,9 @@ class Explorer:
         self.started = time.monotonic()
         self.bar: Any = None
         self.gate: Any = None
+        self.hub: Any = None
+        self.syncer: WeightSyncer | None = None
+        self.expected: TensorMetaMap = {}
 
     @property
     def name(self) -> str:
@@ -77,10 +81,6 @@ class Explorer:
         """Check every input, then start Ray, the engines and MLflow; resume if the run dir holds a run."""
         cfg = self.config
         buffer, explorer_input = cfg.buffer, cfg.buffer.explorer_input
-        if cfg.synchronizer.sync_method != "none":
-            raise NotImplementedError(
-                f"synchronizer.sync_method={cfg.synchronizer.sync_method}: {WEIGHT_SYNC_TODO}"
-            )
         self.plan = plan_taskset(
             explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps
         )
@@ -88,6 +88,7 @@ class Explorer:
             ts.name: plan_taskset(ts, buffer.batch_size, 1, None) for ts in explorer_input.eval_tasksets
         }
         check_model_dir(cfg.model.model_path)
+        self.expected = base_tensor_meta(cfg.model.model_path)
         check_workflows(cfg)
         self.state = self._resume_state()
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -105,6 +106,7 @@ class Explorer:
             self.state.mlflow_run_id = self.monitor.run_id
             self._write_config()
         await asyncio.to_thread(wait_engines, self.engines)
+        await asyncio.to_thread(self._open_weight_source)
         self._relog_committed_steps()
         self.state.save(self.run_dir)
         if cfg.explorer.eval_on_startup and self.state.latest_step == 0:
@@ -151,6 +153,11 @@ class Explorer:
 
             ray.kill(self.gate)
             self.gate = None
+        if self.hub is not None:
+            import ray
+
+            ray.kill(self.hub)
+            self.hub = None
         self.sink.discard_pending()
         self._close_bar()
         if self.monitor is not None:
@@ -231,14 +238,33 @@ class Explorer:
         )
         self._say(f"eval at step {step}: {shown or 'no experiences'}")
 
-    # -- sync (weight sources come with the weight-sync work) --------------------------------------------
+    # -- weight sync ------------------------------------------------------------------------------------
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.config.synchronizer.checkpoint_dir or self.run_dir / "checkpoints").resolve()
+
+    @property
+    def hub_name(self) -> str:
+        """The weight hub a trainer publishes to (memory and broadcast): `<run name>/weights`."""
+        return f"{self.name}/weights"
+
+    def _trainer_status_source(self) -> str | None:
+        sync = self.config.synchronizer
+        if sync.trainer_status or sync.sync_method == "none":
+            return sync.trainer_status
+        if sync.sync_method == "checkpoint":
+            return str(self.checkpoint_dir / "trainer_status.json")
+        return f"actor:{self.hub_name}"
 
     async def need_sync(self) -> bool:
         sync = self.config.synchronizer
         if sync.sync_method == "none":
             return False
         trainer = (
-            read_trainer_status(sync.trainer_status) if sync.sync_style == "dynamic_by_trainer" else None
+            read_trainer_status(self._trainer_status_source())
+            if sync.sync_style == "dynamic_by_trainer"
+            else None
         )
         return sync_due(
             sync.sync_style,
@@ -250,16 +276,101 @@ class Explorer:
             trainer=trainer,
         )
 
-    async def sync_weight(self) -> None:
-        raise NotImplementedError(WEIGHT_SYNC_TODO)
+    async def sync_weight(self) -> SyncOutcome:
+        """Load the trainer's newest version into every engine, or keep the current one and say why."""
+        if self.syncer is None:
+            raise RuntimeError("synchronizer.sync_method is none: there is no weight source to sync from")
+        await self._finish_evals(wait=True)  # an eval measures one version
+        sync = self.config.synchronizer
+        if sync.sync_method == "broadcast" and self.syncer.group is None:
+            import ray
+
+            offer = await asyncio.to_thread(ray.get, self.hub.wait_offer.remote(sync.sync_timeout))
+            if offer is not None:
+                await self.setup_weight_sync_group(offer["master_address"], offer["master_port"])
+        outcome = await asyncio.to_thread(self.syncer.sync, self.state.model_version)
+        if not outcome.ok:
+            self.state.sync_failures += 1
+            self._say(
+                f"weight sync after step {self.state.latest_step} unsuccessful, "
+                f"exploring on with version {outcome.version}: {outcome.reason}"
+            )
+        self.state.model_version = outcome.version
+        self.monitor.log_metrics(outcome.metrics(self.state.sync_failures), self.state.latest_step)
+        return outcome
 
     async def setup_weight_sync_group(
-        self, master_address: str, master_port: int, state_dict_meta=None
+        self, master_address: str, master_port: int, state_dict_meta: list | None = None
     ) -> None:
-        raise NotImplementedError(WEIGHT_SYNC_TODO)
+        """Every engine worker joins the trainer's torch.distributed group (trainer rank 0; gloo or NCCL)."""
+        import ray
+
+        from pipelines.runtime import resolve_device
+
+        rollout = self.config.explorer.rollout_model
+        tp = rollout.tensor_parallel_size
+        world = 1 + tp * len(self.engines.handles)
+        backend = "nccl" if resolve_device(self.config) == "gpu" else "gloo"
+        timeout = self.config.synchronizer.sync_timeout
+        calls = [
+            engine.open_weight_group.remote(master_address, master_port, 1 + i * tp, world, backend, timeout)
+            for i, engine in enumerate(self.engines.handles)
+        ]
+        await asyncio.to_thread(ray.get, calls)
+        self.syncer.group = {"address": master_address, "port": master_port, "meta": state_dict_meta}
 
     async def get_weight(self, name: str):
-        raise NotImplementedError(WEIGHT_SYNC_TODO)
+        """The named parameter as the first engine holds it (vLLM's parameter names, the engine's dtype)."""
+        import ray
+
+        return await asyncio.to_thread(ray.get, self.engines.handles[0].get_weight.remote(name))
+
+    def _open_weight_source(self) -> None:
+        """The configured source, and the engines put back on the version a resumed run had reached."""
+        import ray
+
+        from operators.weight_hub import WeightHub
+        from pipelines.runtime import NAMESPACE
+
+        sync = self.config.synchronizer
+        if sync.sync_method == "none":
+            return
+        if sync.sync_method == "checkpoint":
+            source = CheckpointSource(self.checkpoint_dir, self.expected, self._trainer_status_source())
+        else:
+            hub = ray.remote(WeightHub).options(
+                name=self.hub_name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0
+            )
+            self.hub = hub.remote()
+            tp = self.config.explorer.rollout_model.tensor_parallel_size
+            ray.get(self.hub.set_workers.remote(tp * len(self.engines.handles)))
+            source = HubSource(self.hub, sync.sync_method, self.expected)
+        base = (0, Path(self.config.model.model_path).resolve())
+        self.syncer = WeightSyncer(source, self.engines.handles, sync.sync_timeout, on_disk=base)
+        if self.state.model_version > 0:
+            self._restore_version(source)
+
+    def _restore_version(self, source: CheckpointSource | HubSource) -> None:
+        """A resumed run's engines start on the base weights; reload the version the run had reached."""
+        from pipelines.weight_sync import gather
+
+        version = self.state.model_version
+        path = self.checkpoint_dir / f"global_step_{version}"
+        if not isinstance(source, CheckpointSource) or not path.is_dir():
+            self._say(f"version {version} was not on disk; resuming on the base weights (version 0)")
+            self.state.model_version = 0
+            return
+        check_checkpoint(path, self.expected)
+        calls = [h.load_checkpoint.remote(str(path), version) for h in self.engines.handles]
+        _, errors = gather(calls, self.config.synchronizer.sync_timeout)
+        if errors:
+            raise RuntimeError(f"could not reload version {version} from {path}: {'; '.join(errors)}")
+        self.syncer.on_disk = (version, path)
+
+    def _reference_version(self) -> int:
+        """The trainer's newest version: what staleness is measured against when a step commits."""
+        newest = self.syncer.source.latest_version() if self.syncer is not None else 0
+        return max(self.state.model_version, newest)
 
     async def save_checkpoint(self, sync_weight: bool = False) -> None:
         """Persist the explorer state (and sync first when asked)."""
@@ -340,30 +451,51 @@ class Explorer:
         )
         self.started = time.monotonic()
         self.totals = {"experiences": 0, "rewards": 0.0, "tokens": 0, "failed": 0}
+        self.step_rewards: dict[int, float] = {}
         self.stream = self._committed_steps(first)
 
     def _committed_steps(self, first: int) -> Iterator[CommittedStep]:
+        """Commit steps as the rollout batches report their records through the gate.
+
+        A drain thread keeps Ray Data executing (it runs only while consumed); its outputs are not needed.
+        """
+        import ray
+
         from pipelines.dataflow import explore_dataset
 
         repeats = runs_per_task(
             self.config.buffer.explorer_input.taskset.repeat_times,
             self.config.explorer.max_repeat_times_per_runner,
         )
-        committer = StepCommitter(self.plan, self.sink, first_step=first, rows_per_task=repeats)
+        staleness = StalenessBound(self.config.synchronizer.max_staleness, self._reference_version)
+        committer = StepCommitter(
+            self.plan, self.sink, first_step=first, rows_per_task=repeats, staleness=staleness
+        )
         if committer.done:
             return
         gate = self.gate_name
         dataset = explore_dataset(self.config, self.plan, self.engines.names, self.sink.root, gate, first)
-        for records in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-            self.bar.update(
-                pc.sum(pc.equal(records.column("run_id_base"), 0)).as_py() or 0
-            )  # tasks, not sub-runs
-            yield from committer.add(records)
-        if not committer.done:
-            raise RuntimeError(f"the stream ended before step {committer.next_step} was complete")
+        drained: Future = ThreadPoolExecutor(1, thread_name_prefix="rftflow-drain").submit(drain, dataset)
+        while not committer.done:
+            finished = drained.done()  # read before collecting, so reports sent before the end are seen
+            for records in ray.get(self.gate.collect.remote(0.5)):
+                self.bar.update(
+                    pc.sum(pc.equal(records.column("run_id_base"), 0)).as_py() or 0
+                )  # tasks, not sub-runs
+                yield from committer.add(records)
+            if finished and not committer.done:
+                drained.result()  # the stream's own error, if it failed
+                raise RuntimeError(f"the stream ended before step {committer.next_step} was complete")
 
     def _log_step(self, done: CommittedStep) -> None:
-        metrics = step_metrics(done.experiences, done.records, done.seconds)
+        metrics = step_metrics(
+            done.experiences, done.records, done.seconds, done.reference_version, done.dropped_stale
+        )
+        if done.dropped_stale:
+            self._say(
+                f"step {done.step}: dropped {done.dropped_stale} experiences more than "
+                f"{self.config.synchronizer.max_staleness} versions behind version {done.reference_version}"
+            )
         self.monitor.log_metrics(metrics, done.step)
         limit = self.config.monitor.sample_rollouts
         if limit and len(done.experiences):
@@ -375,6 +507,8 @@ class Explorer:
         totals["rewards"] += pc.sum(done.experiences.column("reward")).as_py() or 0.0
         totals["tokens"] += pc.sum(pc.list_value_length(done.experiences.column("response_ids"))).as_py() or 0
         totals["failed"] += int(metrics["rollout/failed_tasks"])
+        if "rollout/reward/mean" in metrics:
+            self.step_rewards[done.step] = metrics["rollout/reward/mean"]
         for message in failure_messages(done.records):
             self._say(f"step {done.step}: task failed: {message}")
         self.bar.set_postfix(
@@ -392,6 +526,14 @@ class Explorer:
     def _close_bar(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def base_tensor_meta(model_path: Path) -> TensorMetaMap:
+    """The base model's tensors: what every synced version must match."""
+    try:
+        return tensor_meta(model_path)
+    except CheckpointError as exc:
+        raise InputError(str(exc), file=str(model_path), field="model.model_path") from None
 
 
 def check_workflows(cfg: Config) -> None:
@@ -415,6 +557,11 @@ def check_workflows(cfg: Config) -> None:
             raise InputError(
                 f"{where}: {exc.args[0]}", field="default_workflow_type / default_reward_fn_type"
             ) from None
+
+
+def drain(dataset: Any) -> None:
+    for _ in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+        pass
 
 
 def failure_messages(records: pa.Table, limit: int = 3) -> list[str]:

@@ -34,11 +34,20 @@ def experience_metrics(experiences: pa.Table) -> dict[str, float]:
     return metrics
 
 
-def step_metrics(experiences: pa.Table, records: pa.Table, seconds: float) -> dict[str, float]:
-    """Experience metrics plus throughput over the step's wall time and failure counts."""
+def step_metrics(
+    experiences: pa.Table,
+    records: pa.Table,
+    seconds: float,
+    reference_version: int = 0,
+    dropped_stale: int = 0,
+) -> dict[str, float]:
+    """Experience metrics plus throughput, failures and staleness against the trainer's newest version."""
     tokens = pc.sum(pc.list_value_length(experiences.column("response_ids"))).as_py() or 0
+    staleness = pc.subtract(pa.scalar(reference_version, pa.int64()), experiences.column("model_version"))
     return {
         **experience_metrics(experiences),
+        **stats("rollout/staleness", staleness),
+        "rollout/stale_dropped": float(dropped_stale),
         "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
         "rollout/failed_tasks": float(len(records) - (pc.sum(records.column("ok")).as_py() or 0)),
         "time/step": seconds,

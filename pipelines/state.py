@@ -17,6 +17,7 @@ class ExplorerState:
     mlflow_run_id: str | None = None
     model_version: int = 0
     last_sync_step: int = 0
+    sync_failures: int = 0  # syncs that kept the old weights (refused, timed out or failed)
 
     @classmethod
     def load(cls, run_dir: Path) -> ExplorerState | None:

@@ -105,17 +105,27 @@ class ExplorerConfig(Strict):
 
 
 class SynchronizerConfig(Strict):
-    """When the explorer takes the trainer's newest weights (sources come with the weight-sync work)."""
+    """When and from where the explorer takes the trainer's newest weights (docs/DESIGN.md: weight sync)."""
 
     sync_method: Literal["none", "checkpoint", "broadcast", "memory"] = Field(
-        "none", description="weight source; none: never sync (explore with fixed weights)"
+        "none",
+        description="weight source; none: fixed weights; checkpoint: global_step_N/ dirs in checkpoint_dir; "
+        "broadcast: torch.distributed from the trainer; memory: a state dict through the Ray object store",
+    )
+    checkpoint_dir: Path | None = Field(
+        None, description="checkpoint: where the trainer writes global_step_N/ (default: RUN_DIR/checkpoints)"
+    )
+    max_staleness: int | None = Field(
+        None, ge=0, description="versions an experience may lag the trainer's newest; staler ones are dropped"
     )
     sync_style: Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"] = "fixed"
     sync_interval: int = Field(1, ge=1, description="steps per period")
     sync_offset: int = Field(0, ge=0, description="steps explored before the first sync")
     sync_timeout: float = Field(1200.0, gt=0.0, description="seconds to wait for a newer version")
     trainer_status: str | None = Field(
-        None, description="dynamic_by_trainer: a status JSON file, or actor:<name> of a named status actor"
+        None,
+        description="a trainer status JSON file, or actor:<name> of a status actor (default: the weight hub "
+        "for memory/broadcast, <checkpoint_dir>/trainer_status.json for checkpoint)",
     )
 
 

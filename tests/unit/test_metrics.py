@@ -29,7 +29,7 @@ def records():
 
 
 def test_step_metrics_values(experiences, records):
-    metrics = step_metrics(experiences, records, seconds=4.0)
+    metrics = step_metrics(experiences, records, seconds=4.0, reference_version=4, dropped_stale=2)
     assert metrics == pytest.approx(
         {
             "rollout/reward/mean": 0.5,
@@ -43,6 +43,10 @@ def test_step_metrics_values(experiences, records):
             "pipeline/experience_count": 3.0,
             "time/step": 4.0,
             "rollout/model_version": 2.0,
+            "rollout/staleness/mean": 2.0,
+            "rollout/staleness/max": 3,
+            "rollout/staleness/min": 0,
+            "rollout/stale_dropped": 2.0,
         }
     )
 
@@ -57,6 +61,7 @@ def test_metrics_of_a_step_where_every_task_failed(records):
     assert metrics == {
         "rollout/tokens_per_s": 0.0,
         "rollout/failed_tasks": 1.0,
+        "rollout/stale_dropped": 0.0,
         "pipeline/experience_count": 0.0,
         "time/step": 2.0,
     }

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from unit_factories import make_results
+from unit_factories import make_result, make_results
 
 from operators.parquet_sink import PENDING, RECORD_SCHEMA, ParquetSink, step_dirname, write_fragments
 from schemas.experience import EXPERIENCE_SCHEMA
-from schemas.status import flatten_experiences
+from schemas.status import flatten_experiences, results_to_table
 
 
 @pytest.fixture
@@ -84,8 +84,8 @@ def test_commit_publishes_only_the_named_fragments(root):
     (pending_dir(root, 1) / "part-x.partial").write_bytes(b"half written")
     assert len(list(pending_dir(root, 1).iterdir())) == 3
     sink = ParquetSink(root)
-    final = sink.commit_step(1, fragments_of(records))
-    assert final == root / "step_000001"
+    assert sink.commit_step(1, fragments_of(records)) == 0
+    final = root / "step_000001"
     assert {p.name for p in final.iterdir()} == fragments_of(records)
     assert not pending_dir(root, 1).exists()
     assert sink.committed_steps() == [1]
@@ -133,3 +133,13 @@ def test_sink_without_a_directory_has_no_steps(tmp_path):
     sink = ParquetSink(tmp_path / "absent")
     assert sink.committed_steps() == []
     sink.discard_pending()  # nothing to discard is fine
+
+
+def test_commit_drops_experiences_below_the_staleness_bound(root):
+    rows = [make_result("old", 1, 2, model_version=1), make_result("new", 1, 3, model_version=3)]
+    records = write_fragments(results_to_table(rows), str(root))
+    sink = ParquetSink(root)
+    assert sink.commit_step(1, fragments_of(records), min_version=2) == 2
+    kept = sink.read_step(1)
+    assert kept.column("model_version").to_pylist() == [3, 3, 3]
+    assert kept.column("task_uid").to_pylist() == ["new"] * 3

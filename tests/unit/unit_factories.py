@@ -42,10 +42,11 @@ def make_result(
     ok: bool = True,
     message: str | None = None,
     run_id_base: int = 0,
+    model_version: int = 0,
 ) -> dict[str, Any]:
     """One sub-run's result row as the rollout operator emits it, with runs `run_id_base ..` of the task."""
     runs = range(run_id_base, run_id_base + n_experiences)
-    experiences = [make_experience(task_uid, run, step=step) for run in runs]
+    experiences = [make_experience(task_uid, run, step=step, model_version=model_version) for run in runs]
     return result_row(
         task_uid=task_uid,
         taskset="t",

@@ -1,0 +1,159 @@
+"""Hugging Face checkpoints on disk: find `global_step_N/`, check one is whole, write one atomically.
+
+A trainer may be halfway through writing a checkpoint when the explorer looks, or may have died mid-write.
+Loading such a directory would put garbage into every engine, so a checkpoint is checked before any engine
+sees it: every safetensors file must be as long as its header says, and together they must hold exactly the
+base model's tensors, each with the base model's shape and dtype. Only the headers are read, so the check is
+cheap whatever the model's size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+from pathlib import Path
+
+# name -> (shape, dtype as torch names it)
+TensorMetaMap = dict[str, tuple[list[int], str]]
+
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+# Files a trainer does not write but vLLM needs: copied from the base model into each checkpoint.
+SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+SIDE_SUFFIXES = (".jinja", ".model", ".txt")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that must not be loaded; the message names the directory, file and tensor."""
+
+
+def step_of(path: Path) -> int | None:
+    match = STEP_DIR.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def find_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """`(N, path)` for every `global_step_N/` under `root`, by ascending N (so 2 comes before 10)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(step_of(p), p) for p in root.iterdir() if p.is_dir()]
+    return sorted((step, p) for step, p in found if step is not None)
+
+
+def read_header(path: Path) -> tuple[TensorMetaMap, int]:
+    """A safetensors file's tensors and the length it must have; CheckpointError if unreadable."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise CheckpointError(f"{path}: shorter than a safetensors header ({size} bytes)")
+        (length,) = struct.unpack("<Q", raw)
+        if length > size - 8:
+            raise CheckpointError(f"{path}: header says {length} bytes but the file has {size}")
+        try:
+            header = json.loads(f.read(length))
+        except ValueError as exc:
+            raise CheckpointError(f"{path}: unreadable safetensors header ({exc})") from None
+    meta: TensorMetaMap = {}
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = SAFETENSORS_DTYPES.get(info.get("dtype"))
+        if dtype is None:
+            raise CheckpointError(f"{path}: tensor '{name}' has unknown dtype {info.get('dtype')!r}")
+        meta[name] = (list(info["shape"]), dtype)
+        end = max(end, int(info["data_offsets"][1]))
+    return meta, 8 + length + end
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The safetensors files of a model directory, including every shard its index names."""
+    directory = Path(directory)
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError) as exc:
+            raise CheckpointError(f"{index}: unreadable index ({exc})") from None
+        missing = [s for s in shards if not (directory / s).is_file()]
+        if missing:
+            raise CheckpointError(f"{directory}: shards named in the index are missing: {missing}")
+        return [directory / s for s in shards]
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{directory}: no .safetensors files")
+    return files
+
+
+def tensor_meta(directory: Path) -> TensorMetaMap:
+    """Every tensor of a model directory with its shape and dtype, from the headers alone."""
+    meta: TensorMetaMap = {}
+    for path in weight_files(directory):
+        part, _ = read_header(path)
+        meta.update(part)
+    return meta
+
+
+def check_checkpoint(directory: Path, expected: TensorMetaMap) -> int:
+    """Raise CheckpointError unless `directory` holds exactly `expected`, whole; returns its weight bytes."""
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise CheckpointError(f"{directory}: no config.json (not a Hugging Face model directory)")
+    found: TensorMetaMap = {}
+    total = 0
+    for path in weight_files(directory):
+        meta, length = read_header(path)
+        size = path.stat().st_size
+        if size < length:
+            raise CheckpointError(f"{path}: truncated: {size} bytes, its header needs {length}")
+        found.update(meta)
+        total += size
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        raise CheckpointError(f"{directory}: missing {len(missing)} tensors, e.g. '{missing[0]}'")
+    extra = sorted(set(found) - set(expected))
+    if extra:
+        raise CheckpointError(f"{directory}: tensors the model does not have, e.g. '{extra[0]}'")
+    for name, (shape, dtype) in expected.items():
+        if found[name] != (shape, dtype):
+            got_shape, got_dtype = found[name]
+            raise CheckpointError(
+                f"{directory}: tensor '{name}' is {got_dtype}{got_shape}, the model needs {dtype}{shape}"
+            )
+    return total
+
+
+def write_checkpoint(root: Path, step: int, state_dict: dict, base_dir: Path) -> Path:
+    """Write `root/global_step_<step>/` whole or not at all: written aside, then renamed."""
+    from safetensors.torch import save_file
+
+    root = Path(root)
+    final = root / f"global_step_{step}"
+    partial = root / f".global_step_{step}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    tensors = {name: t.detach().contiguous().cpu() for name, t in state_dict.items()}
+    save_file(tensors, str(partial / "model.safetensors"), metadata={"format": "pt"})
+    for path in Path(base_dir).iterdir():
+        if path.is_file() and (path.name in SIDE_FILES or path.suffix in SIDE_SUFFIXES):
+            shutil.copy2(path, partial / path.name)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(partial, final)
+    return final

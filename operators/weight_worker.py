@@ -1,0 +1,81 @@
+"""A vLLM worker extension: in-place weight loads and reads, run inside the engine's worker process.
+
+vLLM mixes this class into its worker (`worker_extension_cls`), and the engine actor reaches these methods by
+`collective_rpc`. They exist because a plain `model.load_weights` after start fails on CPU (linear weights are
+repacked into kernel format) and because the broadcast group must live in the process that owns the model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from operators.weight_transfer import (
+    TensorMeta,
+    WireTensor,
+    broadcast_bucket,
+    buckets,
+    from_wire,
+    nbytes_of,
+    open_group,
+    to_wire,
+    unpack,
+)
+
+
+class WeightWorker:
+    """Methods vLLM adds to its worker class; `self.model_runner` is the worker's."""
+
+    def rftflow_load(self, weights: list[WireTensor]) -> int:
+        """Checkpoint-format tensors (HF names) loaded in place; returns the bytes given."""
+        self._load([from_wire(w) for w in weights])
+        return sum(len(w[3]) for w in weights)
+
+    def _load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        self.model_runner.reload_weights(weights_iterator=iter(weights))
+
+    def rftflow_get(self, name: str) -> WireTensor:
+        return to_wire(name, read_param(self.model_runner.get_model(), name))
+
+    def rftflow_open_group(
+        self, address: str, port: int, rank_offset: int, world_size: int, backend: str, timeout_s: float
+    ) -> int:
+        from vllm.distributed import get_world_group
+
+        rank = rank_offset + get_world_group().rank_in_group
+        self.rftflow_group = open_group(address, port, rank, world_size, backend, timeout_s)
+        return rank
+
+    def rftflow_receive(self, meta: list[TensorMeta]) -> int:
+        """Receive every bucket the trainer broadcasts, then load them in place; returns bytes received."""
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        received: list[tuple[str, torch.Tensor]] = []
+        total = 0
+        for group in buckets([tuple(m) for m in meta]):
+            size = sum(nbytes_of(e) for e in group)
+            buffer = torch.empty(size, dtype=torch.uint8, device=device)
+            broadcast_bucket(self.rftflow_group, buffer)
+            received.extend(unpack(buffer, group))
+            total += size
+        self._load(received)
+        return total
+
+
+def read_param(model: torch.nn.Module, name: str) -> torch.Tensor:
+    """A parameter's current value as the checkpoint holds it (single-GPU/CPU engines).
+
+    Two engine layouts differ from the checkpoint: the CPU backend may replace a linear layer's weight with an
+    empty tensor and keep only a packed copy in its GEMM kernel (multiplying the identity through that kernel
+    returns the weight bit for bit), and vocabulary embeddings are padded with extra rows.
+    """
+    params = dict(model.named_parameters())
+    if name not in params:
+        raise KeyError(f"no parameter '{name}' in the engine's model; it has e.g. {sorted(params)[:4]}")
+    param = params[name]
+    layer = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+    if param.numel() == 0 and hasattr(layer, "cpu_linear"):
+        eye = torch.eye(layer.input_size_per_partition, dtype=param.dtype)
+        return layer.cpu_linear(eye, None, None).t().contiguous()  # I @ W^T, transposed
+    value = param.detach()
+    if hasattr(layer, "org_vocab_size") and name.endswith(".weight"):
+        value = value[: layer.org_vocab_size]
+    return value.cpu().clone()
