@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from operators.plugins import PluginError
@@ -24,11 +25,13 @@ examples:
   python -m pipelines.explore                           # embedded default, a few steps on CPU
   python -m pipelines.explore --steps 10 --set buffer.batch_size=16
   python -m pipelines.explore --config my.yaml --ray-address auto   # on a cluster
+  python -m pipelines.explore --with-trainer --steps 20   # closed loop with the reference GRPO trainer
 
 outputs (under --run-dir):
   experiences/step_NNNNNN/*.parquet   committed experiences, one folder per step
   mlflow.db                           MLflow tracking store (browse: mlflow ui --backend-store-uri sqlite:///...)
   config.yaml                         the resolved configuration
+  checkpoints/global_step_N/          model versions (with --with-trainer and checkpoint sync)
 """
 
 
@@ -67,6 +70,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--mlflow-uri", help="MLflow tracking URI (default: sqlite:///<absolute run dir>/mlflow.db)"
     )
+    parser.add_argument(
+        "--with-trainer",
+        action="store_true",
+        help="also run the reference GRPO trainer (pipelines.train) on the experiences and sync its weights "
+        "every step; sync_method defaults to checkpoint",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
     parser.add_argument(
         "-v",
@@ -89,6 +98,8 @@ def build_config(args: argparse.Namespace) -> Config:
     if cfg.buffer.total_steps is None and not explicit and args.config is None:
         cfg.buffer.total_steps = DEFAULT_STEPS
     cfg.plugin_dirs = [Path(p).resolve() for p in [*cfg.plugin_dirs, *args.plugin_dirs]]
+    if args.with_trainer and cfg.synchronizer.sync_method == "none":
+        cfg.synchronizer.sync_method = "checkpoint"
     return cfg
 
 
@@ -103,14 +114,25 @@ class Summary:
     run_dir: Path
     tracking_uri: str
     mlflow_run_id: str
+    model_version: int = 0
+    step_rewards: dict[int, float] = field(default_factory=dict)
 
     def render(self) -> str:
+        lines = [
+            f"rftflow explore finished: {self.steps} steps, {self.experiences} experiences, "
+            f"{self.failed_tasks} failed tasks",
+            f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s | "
+            f"{self.seconds:.1f} s",
+        ]
+        if self.model_version:
+            first, last = min(self.step_rewards), max(self.step_rewards)
+            lines.append(
+                f"  model version {self.model_version} | reward step {first}: {self.step_rewards[first]:.3f}"
+                f" -> step {last}: {self.step_rewards[last]:.3f}"
+            )
         return "\n".join(
             [
-                f"rftflow explore finished: {self.steps} steps, {self.experiences} experiences, "
-                f"{self.failed_tasks} failed tasks",
-                f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s | "
-                f"{self.seconds:.1f} s",
+                *lines,
                 f"  experiences: {self.run_dir / 'experiences'} (Parquet, one folder per committed step)",
                 f"  mlflow:      {self.tracking_uri} (run {self.mlflow_run_id})",
                 f"  browse:      mlflow ui --backend-store-uri {self.tracking_uri}",
@@ -127,6 +149,7 @@ def explore(
     progress: bool = True,
     engines: EngineSet | None = None,
     verbose: bool = False,
+    with_trainer: bool = False,
 ) -> Summary:
     """Run (or resume) an explore run to its end with the `Explorer`, and summarise it.
 
@@ -146,9 +169,17 @@ def explore(
     )
 
     async def run() -> None:
+        trainer = None
         try:
+            await explorer.prepare()
+            if with_trainer:
+                trainer = start_trainer(explorer)
             await explorer.explore()
+            if trainer is not None:
+                await finish_trainer(trainer, cfg.synchronizer.sync_timeout)
         finally:
+            if trainer is not None:
+                stop_trainer(trainer)
             await explorer.shutdown()
 
     asyncio.run(run())
@@ -164,7 +195,44 @@ def explore(
         run_dir=explorer.run_dir,
         tracking_uri=explorer.tracking_uri,
         mlflow_run_id=explorer.monitor.run_id,
+        model_version=explorer.state.model_version,
+        step_rewards=explorer.step_rewards,
     )
+
+
+def start_trainer(explorer) -> tuple:
+    """The reference trainer as a Ray actor, following this run from the version it has reached."""
+    from pipelines.train import TrainerOptions, start_trainer_actor
+
+    cfg = explorer.config
+    options = TrainerOptions(
+        run_dir=explorer.run_dir,
+        model_path=Path(cfg.model.model_path).resolve(),
+        method=cfg.synchronizer.sync_method,
+        checkpoint_dir=explorer.checkpoint_dir,
+        hub_name=explorer.hub_name,
+        steps=explorer.plan.num_steps,
+        first_version=explorer.state.model_version,
+        timeout=cfg.synchronizer.sync_timeout,
+    )
+    return start_trainer_actor(options)
+
+
+async def finish_trainer(trainer: tuple, timeout: float) -> None:
+    """Let the trainer finish its last version (it is the one a benchmark will want)."""
+    import ray
+
+    _, running = trainer
+    await asyncio.to_thread(ray.wait, [running], timeout=timeout)
+
+
+def stop_trainer(trainer: tuple) -> None:
+    import ray
+
+    actor, _ = trainer
+    with contextlib.suppress(Exception):  # a dead or stuck trainer is killed all the same
+        ray.get(actor.stop.remote(), timeout=10)
+    ray.kill(actor)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             mlflow_uri=args.mlflow_uri,
             progress=not args.no_progress,
             verbose=args.verbose,
+            with_trainer=args.with_trainer,
         )
     except (InputError, PluginError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)

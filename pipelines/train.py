@@ -1,0 +1,282 @@
+"""`python -m pipelines.train`: a minimal GRPO trainer that closes the loop with the explorer, on CPU torch.
+
+It reads committed experience steps from a run's sink in order, takes one GRPO update per step (training on
+step N produces version N), and hands each version to the explorer by the configured method:
+- checkpoint: `global_step_N/` under the checkpoint dir, written aside and renamed, so it is never seen half
+  written; plus `trainer_status.json` beside them;
+- memory: the state dict put in the Ray object store and announced on the run's weight hub;
+- broadcast: announced on the hub, then sent over a torch.distributed group (trainer rank 0) in buckets.
+
+It is a reference for the explorer's side of the contract, not a production trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schemas.config import DEFAULT_MODEL
+
+POLL_S = 0.2
+EPILOG = """\
+examples:
+  python -m pipelines.train --run-dir runs/demo                    # follow a checkpoint-sync explore run
+  python -m pipelines.explore --with-trainer --set synchronizer.sync_method=checkpoint   # both at once
+
+The explorer must use the same method (synchronizer.sync_method) and, for checkpoint, the same directory.
+"""
+
+
+@dataclass
+class TrainerOptions:
+    run_dir: Path
+    model_path: Path = DEFAULT_MODEL
+    method: str = "checkpoint"
+    checkpoint_dir: Path | None = None  # default: <run dir>/checkpoints
+    hub_name: str | None = None  # default: <run dir name>/weights
+    steps: int | None = None  # stop after this many versions (default: when idle)
+    idle_timeout: float = 600.0  # stop when no new step commits for this long
+    lr: float = 2e-4
+    seed: int = 0
+    first_version: int = 0
+    timeout: float = 1200.0  # broadcast group and transfer timeout
+    log: list[dict[str, float]] = field(default_factory=list)
+
+
+class Trainer:
+    """One GRPO update per committed explore step; publishes each new version as it is made."""
+
+    def __init__(self, options: TrainerOptions):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from operators.checkpoints import tensor_meta
+        from operators.parquet_sink import ParquetSink
+        from pipelines.grpo import GRPOConfig, make_optimizer
+
+        self.options = options
+        torch.manual_seed(options.seed)
+        torch.set_num_threads(1)  # beside the engines on a laptop; the tiny model needs no more
+        source = options.model_path
+        if options.first_version > 0:
+            source = self.checkpoint_dir / f"global_step_{options.first_version}"
+        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        self.model.eval()
+        tokenizer = AutoTokenizer.from_pretrained(options.model_path)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.grpo = GRPOConfig(lr=options.lr)
+        self.optimizer = make_optimizer(self.model, self.grpo)
+        self.names = list(tensor_meta(options.model_path))  # what a version must hold (no tied copies)
+        self.sink = ParquetSink(Path(options.run_dir) / "experiences")
+        self.version = options.first_version
+        self.stopping = threading.Event()
+        self.hub: Any = None
+        self.group: Any = None
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.options.checkpoint_dir or Path(self.options.run_dir) / "checkpoints")
+
+    def run(self) -> int:
+        """Train until `steps` versions, an idle timeout, or `stop()`; returns the last version made."""
+        self._set_status("running")
+        try:
+            while not self.stopping.is_set():
+                if self.options.steps is not None and self.version >= self.options.steps:
+                    break
+                step = self.version + 1
+                if not self._wait_for_step(step):
+                    break
+                metrics = self._train(step)
+                self.version = step
+                self._publish()
+                metrics["train/model_version"] = float(step)
+                self.options.log.append(metrics)
+                print(json.dumps({"step": step, **metrics}), file=sys.stderr, flush=True)
+        finally:
+            self._set_status("stopped")
+        return self.version
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _wait_for_step(self, step: int) -> bool:
+        deadline = time.monotonic() + self.options.idle_timeout
+        while step not in self.sink.committed_steps():
+            if self.stopping.is_set() or time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def _train(self, step: int) -> dict[str, float]:
+        from pipelines.grpo import train_on_experiences
+
+        return train_on_experiences(
+            self.model, self.optimizer, self.sink.read_step(step), self.grpo, self.pad_id
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        state = self.model.state_dict()
+        return {name: state[name].detach().clone() for name in self.names}
+
+    # -- handing versions over --------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        method = self.options.method
+        if method == "checkpoint":
+            from operators.checkpoints import write_checkpoint
+
+            write_checkpoint(self.checkpoint_dir, self.version, self.state_dict(), self.options.model_path)
+            self._set_status("require_sync")
+        elif method == "memory":
+            import ray
+
+            from operators.weight_transfer import meta_of
+
+            state = self.state_dict()
+            payload = {"kind": "memory", "state": [ray.put(state)], "meta": meta_of(state)}
+            ray.get(self._hub().publish.remote(self.version, payload))
+        else:
+            self._broadcast()
+
+    def _broadcast(self) -> None:
+        """Announce the version, then send it; the send returns once the explorer's engines have it."""
+        import ray
+
+        from operators.weight_transfer import meta_of, send
+
+        state = self.state_dict()
+        if self.group is None:
+            self.group = self._open_group()
+        ray.get(self._hub().publish.remote(self.version, {"kind": "broadcast", "meta": meta_of(state)}))
+        send(self.group, state)
+
+    def _open_group(self) -> Any:
+        import ray
+
+        from operators.weight_transfer import open_group
+
+        hub = self._hub()
+        workers = ray.get(hub.wait_workers.remote(self.options.timeout))
+        if workers is None:
+            raise RuntimeError(
+                f"no explorer registered on {self.options.hub_name} within {self.options.timeout}s"
+            )
+        address = ray.util.get_node_ip_address()
+        port = free_port()
+        ray.get(hub.offer_group.remote(address, port))
+        return open_group(address, port, 0, 1 + workers, "gloo", self.options.timeout)
+
+    def _hub(self) -> Any:
+        if self.hub is None:
+            import ray
+
+            from pipelines.runtime import NAMESPACE
+
+            name = self.options.hub_name or f"{Path(self.options.run_dir).name}/weights"
+            self.hub = ray.get_actor(name, namespace=NAMESPACE)
+        return self.hub
+
+    def _set_status(self, state: str) -> None:
+        if self.options.method == "checkpoint":
+            path = self.checkpoint_dir / "trainer_status.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(".partial")
+            partial.write_text(json.dumps({"state": state, "version": self.version}))
+            os.replace(partial, path)
+        else:
+            import ray
+
+            ray.get(self._hub().set_status.remote(state))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class TrainerActor:
+    """The trainer as a Ray actor beside the explorer (`explore --with-trainer`); `stop` ends `run`."""
+
+    def __init__(self, options: TrainerOptions):
+        self.trainer = Trainer(options)
+
+    def run(self) -> dict[str, Any]:
+        version = self.trainer.run()
+        return {"version": version, "log": self.trainer.options.log}
+
+    def stop(self) -> None:
+        self.trainer.stop()
+
+
+def start_trainer_actor(options: TrainerOptions) -> tuple[Any, Any]:
+    """The trainer actor and its running `run()` call; fractional CPU so it never starves the read tasks."""
+    import ray
+
+    actor = ray.remote(TrainerActor).options(num_cpus=0.25, max_concurrency=2).remote(options)
+    return actor, actor.run.remote()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.train",
+        description="A minimal GRPO trainer for the tiny default model: reads an explore run's committed "
+        "experiences and publishes a new model version per step.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--run-dir", type=Path, required=True, help="the explore run to train on")
+    parser.add_argument(
+        "--model", type=Path, default=DEFAULT_MODEL, help="base model (default: bundled tiny)"
+    )
+    parser.add_argument(
+        "--method",
+        choices=["checkpoint", "memory", "broadcast"],
+        default="checkpoint",
+        help="hand-over method",
+    )
+    parser.add_argument("--checkpoint-dir", type=Path, help="default: RUN_DIR/checkpoints")
+    parser.add_argument("--steps", type=int, help="stop after this many versions")
+    parser.add_argument(
+        "--idle-timeout", type=float, default=600.0, help="stop when no step commits (seconds)"
+    )
+    parser.add_argument("--lr", type=float, default=2e-4, help="AdamW learning rate")
+    parser.add_argument(
+        "--ray-address", default="auto", help="Ray cluster of the explorer (memory, broadcast)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.method != "checkpoint":
+        import ray
+
+        from pipelines.runtime import NAMESPACE
+
+        ray.init(address=args.ray_address, namespace=NAMESPACE, include_dashboard=False)
+    options = TrainerOptions(
+        run_dir=args.run_dir.resolve(),
+        model_path=args.model.resolve(),
+        method=args.method,
+        checkpoint_dir=args.checkpoint_dir,
+        steps=args.steps,
+        idle_timeout=args.idle_timeout,
+        lr=args.lr,
+    )
+    version = Trainer(options).run()
+    print(f"rftflow train finished at version {version}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
