@@ -57,6 +57,13 @@ def find_checkpoints(root: Path) -> list[tuple[int, Path]]:
 
 def read_header(path: Path) -> tuple[TensorMetaMap, int]:
     """A safetensors file's tensors and the length it must have; CheckpointError if unreadable."""
+    try:
+        return parse_header(path)
+    except OSError as exc:  # e.g. a trainer deleting an old checkpoint while we look
+        raise CheckpointError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def parse_header(path: Path) -> tuple[TensorMetaMap, int]:
     size = path.stat().st_size
     with path.open("rb") as f:
         raw = f.read(8)
@@ -69,16 +76,24 @@ def read_header(path: Path) -> tuple[TensorMetaMap, int]:
             header = json.loads(f.read(length))
         except ValueError as exc:
             raise CheckpointError(f"{path}: unreadable safetensors header ({exc})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a safetensors header (a JSON {type(header).__name__})")
     meta: TensorMetaMap = {}
     end = 0
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        dtype = SAFETENSORS_DTYPES.get(info.get("dtype"))
-        if dtype is None:
-            raise CheckpointError(f"{path}: tensor '{name}' has unknown dtype {info.get('dtype')!r}")
-        meta[name] = (list(info["shape"]), dtype)
-        end = max(end, int(info["data_offsets"][1]))
+        if not isinstance(info, dict) or info.get("dtype") not in SAFETENSORS_DTYPES:
+            raise CheckpointError(
+                f"{path}: tensor '{name}' has an unknown dtype or a malformed entry: {info!r:.200}"
+            )
+        try:
+            meta[name] = ([int(n) for n in info["shape"]], SAFETENSORS_DTYPES[info["dtype"]])
+            end = max(end, int(info["data_offsets"][1]))
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise CheckpointError(
+                f"{path}: tensor '{name}' has a malformed header entry: {info!r:.200}"
+            ) from None
     return meta, 8 + length + end
 
 
@@ -119,7 +134,7 @@ def check_checkpoint(directory: Path, expected: TensorMetaMap) -> int:
     total = 0
     for path in weight_files(directory):
         meta, length = read_header(path)
-        size = path.stat().st_size
+        size = file_size(path)
         if size < length:
             raise CheckpointError(f"{path}: truncated: {size} bytes, its header needs {length}")
         found.update(meta)
@@ -137,6 +152,13 @@ def check_checkpoint(directory: Path, expected: TensorMetaMap) -> int:
                 f"{directory}: tensor '{name}' is {got_dtype}{got_shape}, the model needs {dtype}{shape}"
             )
     return total
+
+
+def file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def write_checkpoint(root: Path, step: int, state_dict: dict, base_dir: Path) -> Path:

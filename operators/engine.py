@@ -180,12 +180,13 @@ class VLLMEngine:
         return await self.llm.collective_rpc("rftflow_open_group", timeout, args=args)
 
     async def receive_weights(
-        self, meta: list, version: int, timeout: float | None = None
+        self, meta: list, version: int, timeout: float | None = None, bucket_bytes: int | None = None
     ) -> dict[str, float]:
-        """Receive the trainer's bucketed broadcast of `meta`'s tensors and load them in place."""
+        """Receive the trainer's bucketed broadcast of `meta`'s tensors (its bucket size) and load them."""
+        args = (meta,) if bucket_bytes is None else (meta, bucket_bytes)
 
         async def load() -> int:
-            return (await self.llm.collective_rpc("rftflow_receive", timeout, args=(meta,)))[0]
+            return (await self.llm.collective_rpc("rftflow_receive", timeout, args=args))[0]
 
         return await self._swap(version, load)
 

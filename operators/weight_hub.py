@@ -44,11 +44,14 @@ class WeightHub:
     async def publish(self, version: int, payload: dict[str, Any]) -> None:
         """Announce `version`: `{"kind": "memory", "state": [ref], "meta": m}` or `{"kind": "broadcast", …}`.
 
-        `meta` lists `(name, shape, dtype)` per tensor (`operators.weight_transfer.meta_of`).
+        `meta` lists `(name, shape, dtype)` per tensor (`operators.weight_transfer.meta_of`); a broadcast may
+        add `bucket_bytes`, its bucket size (receivers must cut the same buckets).
         """
-        if version <= self.version:
-            raise ValueError(f"version {version} is not newer than the published {self.version}")
-        await self._set(version=version, payload=payload, state="require_sync")
+        async with self.changed:
+            if version <= self.version:
+                raise ValueError(f"version {version} is not newer than the published {self.version}")
+            self.version, self.payload, self.state = version, payload, "require_sync"
+            self.changed.notify_all()
 
     async def set_status(self, state: str) -> None:
         if state not in TRAINER_STATES:

@@ -66,7 +66,8 @@ def unpack(buffer: torch.Tensor, group: list[TensorMeta]) -> list[tuple[str, tor
     for entry in group:
         name, shape, dtype = entry
         nbytes = nbytes_of(entry)
-        out.append((name, buffer[offset : offset + nbytes].view(dtype_of(dtype)).reshape(shape).clone()))
+        # cloned before the view: a slice may start off its dtype's alignment (bf16 then f32, say)
+        out.append((name, buffer[offset : offset + nbytes].clone().view(dtype_of(dtype)).reshape(shape)))
         offset += nbytes
     return out
 

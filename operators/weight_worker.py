@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from operators.weight_transfer import (
+    BUCKET_BYTES,
     TensorMeta,
     WireTensor,
     broadcast_bucket,
@@ -45,12 +46,12 @@ class WeightWorker:
         self.rftflow_group = open_group(address, port, rank, world_size, backend, timeout_s)
         return rank
 
-    def rftflow_receive(self, meta: list[TensorMeta]) -> int:
+    def rftflow_receive(self, meta: list[TensorMeta], bucket_bytes: int = BUCKET_BYTES) -> int:
         """Receive every bucket the trainer broadcasts, then load them in place; returns bytes received."""
         device = "cuda" if torch.cuda.is_available() else "cpu"
         received: list[tuple[str, torch.Tensor]] = []
         total = 0
-        for group in buckets([tuple(m) for m in meta]):
+        for group in buckets([tuple(m) for m in meta], bucket_bytes):
             size = sum(nbytes_of(e) for e in group)
             buffer = torch.empty(size, dtype=torch.uint8, device=device)
             broadcast_bucket(self.rftflow_group, buffer)

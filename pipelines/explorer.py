@@ -347,25 +347,30 @@ class Explorer:
             source = HubSource(self.hub, sync.sync_method, self.expected)
         base = (0, Path(self.config.model.model_path).resolve())
         self.syncer = WeightSyncer(source, self.engines.handles, sync.sync_timeout, on_disk=base)
-        if self.state.model_version > 0:
-            self._restore_version(source)
+        self._align_engines(source)
 
-    def _restore_version(self, source: CheckpointSource | HubSource) -> None:
-        """A resumed run's engines start on the base weights; reload the version the run had reached."""
+    def _align_engines(self, source: CheckpointSource | HubSource) -> None:
+        """Engines run the version the run has reached: a resumed run's (or reused engines') may not."""
+        import ray
+
         from pipelines.weight_sync import gather
 
-        version = self.state.model_version
-        path = self.checkpoint_dir / f"global_step_{version}"
-        if not isinstance(source, CheckpointSource) or not path.is_dir():
-            self._say(f"version {version} was not on disk; resuming on the base weights (version 0)")
-            self.state.model_version = 0
+        target = self.state.model_version
+        if all(v == target for v in ray.get([h.get_model_version.remote() for h in self.engines.handles])):
             return
-        check_checkpoint(path, self.expected)
-        calls = [h.load_checkpoint.remote(str(path), version) for h in self.engines.handles]
+        path = self.checkpoint_dir / f"global_step_{target}"
+        if target > 0 and not (isinstance(source, CheckpointSource) and path.is_dir()):
+            self._say(f"version {target} is not on disk; going on from the base weights (version 0)")
+            target = self.state.model_version = 0
+        if target == 0:
+            path = self.syncer.on_disk[1]
+        else:
+            check_checkpoint(path, self.expected)
+        calls = [h.load_checkpoint.remote(str(path), target) for h in self.engines.handles]
         _, errors = gather(calls, self.config.synchronizer.sync_timeout)
         if errors:
-            raise RuntimeError(f"could not reload version {version} from {path}: {'; '.join(errors)}")
-        self.syncer.on_disk = (version, path)
+            raise RuntimeError(f"could not load version {target} from {path}: {'; '.join(errors)}")
+        self.syncer.on_disk = (target, path)
 
     def _reference_version(self) -> int:
         """The trainer's newest version: what staleness is measured against when a step commits."""

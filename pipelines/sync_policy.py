@@ -59,10 +59,16 @@ def read_trainer_status(source: str | None) -> TrainerStatus:
             raw = json.loads(Path(source).read_text())
         except (OSError, ValueError):
             return TrainerStatus()
+    if not isinstance(raw, dict):  # a half-written or foreign file says nothing
+        return TrainerStatus()
     state = raw.get("state", "unknown")
     if state not in ("running", "require_sync", "stopped"):
         state = "unknown"
-    return TrainerStatus(state=state, version=int(raw.get("version", 0)))
+    try:
+        version = int(raw.get("version", 0))
+    except (TypeError, ValueError):
+        version = 0
+    return TrainerStatus(state=state, version=version)
 
 
 def release_boundary(

@@ -30,6 +30,7 @@ class Update:
     path: Path | None = None
     state: Any = None
     meta: list | None = None
+    bucket_bytes: int | None = None  # broadcast: the sender's bucket size, which the receivers must match
 
 
 @dataclass
@@ -132,7 +133,8 @@ class HubSource:
             )
         check_meta(payload["meta"], self.expected, f"version {version}")
         state = payload.get("state", [None])[0]
-        return Update(version, self.kind, state=state, meta=payload["meta"])
+        bucket_bytes = payload.get("bucket_bytes")
+        return Update(version, self.kind, state=state, meta=payload["meta"], bucket_bytes=bucket_bytes)
 
 
 @dataclass
@@ -186,7 +188,8 @@ class WeightSyncer:
             ]
         else:
             calls = [
-                h.receive_weights.remote(update.meta, update.version, self.timeout) for h in self.handles
+                h.receive_weights.remote(update.meta, update.version, self.timeout, update.bucket_bytes)
+                for h in self.handles
             ]
         return gather(calls, self.timeout)
 

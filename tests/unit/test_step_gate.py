@@ -1,7 +1,9 @@
 """The step gate and the period boundaries it is released to, without Ray."""
 
 import asyncio
+import time
 
+import pyarrow as pa
 import pytest
 
 from operators.step_gate import GateClient, StepGate
@@ -54,3 +56,43 @@ def test_release_never_goes_back():
 def test_release_boundary(method, style, latest, interval, offset, expected):
     got = release_boundary(method, style, latest_step=latest, num_steps=10, interval=interval, offset=offset)
     assert got == expected
+
+
+def test_collect_hands_each_report_out_once():
+    first, second = pa.table({"step": [1]}), pa.table({"step": [2, 2]})
+
+    async def scenario() -> tuple[list[pa.Table], list[pa.Table]]:
+        gate = StepGate()
+        await gate.report(first)
+        await GateClient(gate).report(second)
+        return await gate.collect(timeout=1.0), await gate.collect(timeout=0.05)
+
+    collected, again = asyncio.run(scenario())
+    assert [t.equals(want) for t, want in zip(collected, [first, second], strict=True)] == [True, True]
+    assert again == []
+
+
+def test_collect_with_nothing_reported_returns_nothing_after_the_timeout():
+    async def scenario() -> tuple[list[pa.Table], float]:
+        gate = StepGate()
+        started = time.monotonic()
+        return await gate.collect(timeout=0.05), time.monotonic() - started
+
+    collected, waited = asyncio.run(scenario())
+    assert collected == []
+    assert 0.04 <= waited < 5
+
+
+def test_collect_wakes_on_the_first_report():
+    records = pa.table({"step": [3]})
+
+    async def scenario() -> list[pa.Table]:
+        gate = StepGate()
+        waiting = asyncio.ensure_future(gate.collect(timeout=30))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await gate.report(records)
+        return await asyncio.wait_for(waiting, 5)
+
+    collected = asyncio.run(scenario())
+    assert len(collected) == 1 and collected[0].equals(records)
