@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -160,17 +161,25 @@ class VLLMEngine:
         return await self._swap(version, load)
 
     async def load_state_dict(
-        self, state_dict: dict[str, Any], version: int, timeout: float | None = None
+        self, state: dict[str, Any] | list[Any], version: int, timeout: float | None = None
     ) -> dict[str, float]:
-        """Reload from tensors handed over in memory (checkpoint names, e.g. from the Ray object store)."""
-        from operators.weight_worker import to_wire
+        """Reload from tensors handed over in memory: a state dict, or `[ref]` to one in the Ray object store.
 
-        wires = [to_wire(name, tensor) for name, tensor in state_dict.items()]
+        Before the pause, the tensors are fetched and staged as one safetensors file in shared memory (in a
+        thread, so requests in flight keep streaming); the worker then maps that file. Sending them through
+        vLLM's RPC instead would copy every byte four times inside the pause.
+        """
+        from operators.weight_transfer import stage_state_dict
 
-        async def load() -> int:
-            return (await self.llm.collective_rpc("rftflow_load", timeout, args=(wires,)))[0]
+        staged = await asyncio.to_thread(stage_state_dict, state)
+        try:
 
-        return await self._swap(version, load)
+            async def load() -> int:
+                return (await self.llm.collective_rpc("rftflow_load_file", timeout, args=(str(staged),)))[0]
+
+            return await self._swap(version, load)
+        finally:
+            shutil.rmtree(staged.parent, ignore_errors=True)
 
     async def open_weight_group(
         self, address: str, port: int, rank_offset: int, world_size: int, backend: str, timeout: float
@@ -192,7 +201,7 @@ class VLLMEngine:
 
     async def get_weight(self, name: str):
         """The tensor the engine holds under vLLM's parameter name, in the engine's dtype."""
-        from operators.weight_worker import from_wire
+        from operators.weight_transfer import from_wire
 
         return from_wire((await self.llm.collective_rpc("rftflow_get", args=(name,)))[0])[1]
 

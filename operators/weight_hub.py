@@ -76,6 +76,11 @@ class WeightHub:
             return self.version, self.payload
         return None
 
+    def forget_state(self, version: int) -> None:
+        """Every engine has loaded `version`: let the object store free its tensors."""
+        if version == self.version and self.payload and self.payload.get("state"):
+            self.payload = {**self.payload, "state": None}
+
     async def wait_offer(self, timeout: float) -> dict[str, Any] | None:
         return self.offer if await self._wait(lambda: self.offer is not None, timeout) else None
 

@@ -5,7 +5,10 @@ Both sides import this: the trainer (rank 0) packs and broadcasts, the engine wo
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -70,6 +73,28 @@ def unpack(buffer: torch.Tensor, group: list[TensorMeta]) -> list[tuple[str, tor
         out.append((name, buffer[offset : offset + nbytes].clone().view(dtype_of(dtype)).reshape(shape)))
         offset += nbytes
     return out
+
+
+def stage_state_dict(state: dict[str, torch.Tensor] | list[Any]) -> Path:
+    """Write a state dict (or the one `[ref]` points to in the Ray object store) as a safetensors file.
+
+    It goes to shared memory when that has room (the engine worker on this node then maps it), else to the
+    temp dir. The caller removes the file's directory.
+    """
+    from safetensors.torch import save_file
+
+    if isinstance(state, list):
+        import ray
+
+        state = ray.get(state[0])
+    tensors = {name: t.detach().contiguous().cpu() for name, t in state.items()}
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
+    shm = Path("/dev/shm")
+    room = shm.is_dir() and shutil.disk_usage(shm).free > 2 * needed
+    directory = Path(tempfile.mkdtemp(prefix="rftflow-weights-", dir=shm if room else None))
+    path = directory / "model.safetensors"
+    save_file(tensors, str(path))
+    return path
 
 
 def open_group(address: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float):

@@ -15,7 +15,6 @@ from operators.weight_transfer import (
     WireTensor,
     broadcast_bucket,
     buckets,
-    from_wire,
     nbytes_of,
     open_group,
     to_wire,
@@ -26,10 +25,13 @@ from operators.weight_transfer import (
 class WeightWorker:
     """Methods vLLM adds to its worker class; `self.model_runner` is the worker's."""
 
-    def rftflow_load(self, weights: list[WireTensor]) -> int:
-        """Checkpoint-format tensors (HF names) loaded in place; returns the bytes given."""
-        self._load([from_wire(w) for w in weights])
-        return sum(len(w[3]) for w in weights)
+    def rftflow_load_file(self, path: str) -> int:
+        """Load a staged safetensors file in place; returns its tensor bytes."""
+        from safetensors.torch import load_file
+
+        tensors = load_file(path)
+        self._load(list(tensors.items()))
+        return sum(t.numel() * t.element_size() for t in tensors.values())
 
     def _load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
         self.model_runner.reload_weights(weights_iterator=iter(weights))

@@ -175,7 +175,7 @@ def explore(
             if with_trainer:
                 trainer = start_trainer(explorer)
             await explorer.explore()
-            if trainer is not None:
+            if trainer is not None and cfg.synchronizer.sync_method == "checkpoint":
                 await finish_trainer(trainer, cfg.synchronizer.sync_timeout)
         finally:
             if trainer is not None:
@@ -219,7 +219,10 @@ def start_trainer(explorer) -> tuple:
 
 
 async def finish_trainer(trainer: tuple, timeout: float) -> None:
-    """Let the trainer finish its last version (it is the one a benchmark will want)."""
+    """Let the trainer write its last checkpoint, the one a benchmark will want.
+
+    Only for checkpoints: a last version in memory or over broadcast has no explorer left to take it.
+    """
     import ray
 
     _, running = trainer

@@ -334,6 +334,7 @@ class Explorer:
 
         sync = self.config.synchronizer
         if sync.sync_method == "none":
+            self._align_engines(None)
             return
         if sync.sync_method == "checkpoint":
             source = CheckpointSource(self.checkpoint_dir, self.expected, self._trainer_status_source())
@@ -349,7 +350,7 @@ class Explorer:
         self.syncer = WeightSyncer(source, self.engines.handles, sync.sync_timeout, on_disk=base)
         self._align_engines(source)
 
-    def _align_engines(self, source: CheckpointSource | HubSource) -> None:
+    def _align_engines(self, source: CheckpointSource | HubSource | None) -> None:
         """Engines run the version the run has reached: a resumed run's (or reused engines') may not."""
         import ray
 
@@ -363,14 +364,15 @@ class Explorer:
             self._say(f"version {target} is not on disk; going on from the base weights (version 0)")
             target = self.state.model_version = 0
         if target == 0:
-            path = self.syncer.on_disk[1]
+            path = Path(self.config.model.model_path).resolve()
         else:
             check_checkpoint(path, self.expected)
         calls = [h.load_checkpoint.remote(str(path), target) for h in self.engines.handles]
         _, errors = gather(calls, self.config.synchronizer.sync_timeout)
         if errors:
             raise RuntimeError(f"could not load version {target} from {path}: {'; '.join(errors)}")
-        self.syncer.on_disk = (target, path)
+        if self.syncer is not None:
+            self.syncer.on_disk = (target, path)
 
     def _reference_version(self) -> int:
         """The trainer's newest version: what staleness is measured against when a step commits."""

@@ -165,6 +165,8 @@ class WeightSyncer:
             self.on_disk = (update.version, update.path)
         else:
             self.on_disk = None
+        if update.kind == "memory":
+            self.source.hub.forget_state.remote(update.version)
         outcome = self._outcome(update.version, True, "", started, waited)
         outcome.pause_s = max(r["pause_s"] for r in reports.values())
         outcome.nbytes = int(max(r["bytes"] for r in reports.values()))
@@ -184,7 +186,8 @@ class WeightSyncer:
             ]
         elif update.kind == "memory":
             calls = [
-                h.load_state_dict.remote(update.state, update.version, self.timeout) for h in self.handles
+                h.load_state_dict.remote([update.state], update.version, self.timeout)  # each fetches the ref
+                for h in self.handles
             ]
         else:
             calls = [

@@ -5,24 +5,12 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
-import pytest
+from integration_settings import BASE
 from mlflow import MlflowClient
 
 from pipelines.explore import explore
-from pipelines.runtime import init_ray, start_engines, stop_engines
 from pipelines.state import ExplorerState
 from schemas.config import DEFAULT_EVAL, load_config
-
-BASE = ["buffer.batch_size=4", "buffer.explorer_input.taskset.repeat_times=2", "ray.num_cpus=4"]
-
-
-@pytest.fixture(scope="module")
-def engines():
-    cfg = load_config(None, BASE)
-    init_ray(cfg.ray)
-    engines = start_engines(cfg, "core-tests")
-    yield engines
-    stop_engines(engines)
 
 
 def history(summary, metric: str) -> list[int]:

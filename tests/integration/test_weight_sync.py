@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 import torch
+from integration_settings import BASE
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
@@ -18,24 +19,13 @@ from operators.checkpoints import write_checkpoint
 from operators.weight_transfer import meta_of, open_group, send
 from pipelines.explore import explore
 from pipelines.explorer import Explorer
-from pipelines.runtime import init_ray, start_engines, stop_engines
 from schemas.config import DEFAULT_MODEL, load_config
 
-BASE = ["buffer.batch_size=4", "buffer.explorer_input.taskset.repeat_times=2", "ray.num_cpus=4"]
 ENGINE_DTYPE = torch.bfloat16  # vLLM on CPU runs the float32 tiny model in bfloat16
 VOCAB = 277
 NORM = "model.norm.weight"
 DOWN = "model.layers.1.mlp.down_proj.weight"  # a linear weight: repacked into the CPU kernel
 GREEDY = {"max_tokens": 6, "temperature": 0.0, "logprobs": 0}
-
-
-@pytest.fixture(scope="module")
-def engines():
-    cfg = load_config(None, BASE)
-    init_ray(cfg.ray)
-    engines = start_engines(cfg, "sync-tests")
-    yield engines
-    stop_engines(engines)
 
 
 @pytest.fixture(scope="module")
