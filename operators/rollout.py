@@ -22,7 +22,7 @@ from operators.parquet_sink import write_fragments
 from operators.step_gate import GateClient
 from operators.workflow_runner import SubRun, WorkflowRunner, split_task
 from schemas.status import results_to_table
-from schemas.task import tasks_from_table
+from schemas.task import Task, tasks_from_table
 
 
 class RolloutOperator:
@@ -86,18 +86,32 @@ class RolloutOperator:
         self.sink_root: str | None = None
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
-        tasks = tasks_from_table(batch)
-        if (
-            self.gate is not None and tasks
-        ):  # before the batch clock starts: waiting for a sync is not slowness
-            await self.gate.admit(max(task.step for task in tasks))
+        """Each step's tasks of the batch run as soon as that step is released, and finish on their own.
+
+        Ray Data cuts batches without regard to steps, so one batch may hold the end of a released step and
+        the start of a gated one; the released part must land, and report, without waiting for the rest.
+        """
+        by_step: dict[int, list[Task]] = {}
+        for task in tasks_from_table(batch):
+            by_step.setdefault(task.step, []).append(task)
+        if not by_step:
+            return self._finish(results_to_table([]))
+        parts = await asyncio.gather(*(self._run_step(step, tasks) for step, tasks in by_step.items()))
+        return pa.concat_tables(parts)
+
+    async def _run_step(self, step: int, tasks: list[Task]) -> pa.Table:
+        if self.gate is not None:  # before the batch clock starts: waiting for a sync is not slowness
+            await self.gate.admit(step)
         split = self.max_repeat_times_per_runner
         subs = [sub for task in tasks for sub in split_task(task, split)]
-        results = results_to_table(await self.run_all(subs))
-        if self.sink_root is None:
-            return results
-        records = write_fragments(results, self.sink_root)  # the batch's experiences land now
-        if self.gate is not None:
+        return await self._report(self._finish(results_to_table(await self.run_all(subs))))
+
+    def _finish(self, results: pa.Table) -> pa.Table:
+        """With a sink, the results' experiences land now as pending fragments; the records go on."""
+        return results if self.sink_root is None else write_fragments(results, self.sink_root)
+
+    async def _report(self, records: pa.Table) -> pa.Table:
+        if self.sink_root is not None and self.gate is not None:
             await self.gate.report(records)
         return records
 

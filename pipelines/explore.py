@@ -76,6 +76,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also run the reference GRPO trainer (pipelines.train) on the experiences and sync its weights "
         "every step; sync_method defaults to checkpoint",
     )
+    parser.add_argument(
+        "--trainer-lr", type=float, default=None, help="the reference trainer's learning rate (default 2e-4)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
     parser.add_argument(
         "-v",
@@ -150,6 +153,7 @@ def explore(
     engines: EngineSet | None = None,
     verbose: bool = False,
     with_trainer: bool = False,
+    trainer_lr: float | None = None,
 ) -> Summary:
     """Run (or resume) an explore run to its end with the `Explorer`, and summarise it.
 
@@ -173,7 +177,7 @@ def explore(
         try:
             await explorer.prepare()
             if with_trainer:
-                trainer = start_trainer(explorer)
+                trainer = start_trainer(explorer, trainer_lr)
             await explorer.explore()
             if trainer is not None and cfg.synchronizer.sync_method == "checkpoint":
                 await finish_trainer(trainer, cfg.synchronizer.sync_timeout)
@@ -200,7 +204,7 @@ def explore(
     )
 
 
-def start_trainer(explorer) -> tuple:
+def start_trainer(explorer, lr: float | None = None) -> tuple:
     """The reference trainer as a Ray actor, following this run from the version it has reached."""
     from pipelines.train import TrainerOptions, start_trainer_actor
 
@@ -214,6 +218,7 @@ def start_trainer(explorer) -> tuple:
         steps=explorer.plan.num_steps,
         first_version=explorer.state.model_version,
         timeout=cfg.synchronizer.sync_timeout,
+        **({} if lr is None else {"lr": lr}),
     )
     return start_trainer_actor(options)
 
@@ -253,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress,
             verbose=args.verbose,
             with_trainer=args.with_trainer,
+            trainer_lr=args.trainer_lr,
         )
     except (InputError, PluginError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -273,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         idle_timeout=args.idle_timeout,
         lr=args.lr,
     )
+    if args.method == "checkpoint":  # a restarted trainer goes on from its newest checkpoint (new optimizer)
+        from operators.checkpoints import find_checkpoints
+
+        found = find_checkpoints(options.checkpoint_dir or options.run_dir / "checkpoints")
+        options.first_version = found[-1][0] if found else 0
     version = Trainer(options).run()
     print(f"rftflow train finished at version {version}", file=sys.stderr)
     return 0

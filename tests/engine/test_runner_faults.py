@@ -17,6 +17,7 @@ import pytest
 from operators.engine_client import EngineClient
 from operators.parquet_sink import ParquetSink, write_fragments
 from operators.rollout import RolloutOperator
+from operators.step_gate import GateClient, StepGate
 from operators.taskset_reader import TasksetPlan
 from operators.workflows.math import MathWorkflow
 from operators.workflows.registry import WorkflowBase, register_workflow
@@ -86,13 +87,13 @@ class MalformedDouble(MathWorkflow):
         return experiences
 
 
-def make_task(uid: str, workflow: str = "math", repeat_times: int = 2) -> Task:
+def make_task(uid: str, workflow: str = "math", repeat_times: int = 2, step: int = 1) -> Task:
     return Task(
         f"t/e0/{uid}",
         taskset="t",
         epoch=0,
         index=0,
-        step=1,
+        step=step,
         prompt="What is 3 + 4?",
         truth="7",
         workflow=workflow,
@@ -215,3 +216,23 @@ def test_resettable_workflows_are_reused_across_batches(loop, engine):
     (instance,) = rollout.runner.pool.idle["math"]
     run_batch(loop, rollout, [make_task("q")])
     assert rollout.runner.pool.idle["math"] == [instance]
+
+
+def test_a_batch_across_a_gated_step_lands_its_released_part_first(loop, engine, tmp_path):
+    """Ray Data cuts batches regardless of steps: the released step must commit while the next one waits."""
+    rollout = operator(engine)
+    gate = StepGate(released=1)
+    rollout.gate, rollout.sink_root = GateClient(gate), str(tmp_path)
+    tasks = [make_task("a", step=1), make_task("b", step=1), make_task("c", step=2)]
+    batch = loop.create_task(rollout(tasks_to_table(tasks)))
+    (first,) = loop.run_until_complete(gate.collect(timeout=60))
+    assert set(column(first, "step")) == {1} and len(first) == 2 and not batch.done()
+    loop.run_until_complete(gate.release(2))
+    records = loop.run_until_complete(batch)
+    (second,) = loop.run_until_complete(gate.collect(timeout=60))
+    assert column(second, "task_uid") == ["t/e0/c"]
+    assert sorted(column(records, "task_uid")) == ["t/e0/a", "t/e0/b", "t/e0/c"]
+    plan = TasksetPlan(files=(("t.jsonl", 3),), batch_size=2, total_epochs=1, total_steps=None)
+    committer = StepCommitter(plan, ParquetSink(tmp_path))
+    assert [s.step for s in committer.add(first)] == [1]
+    assert [s.step for s in committer.add(second)] == [2] and committer.done

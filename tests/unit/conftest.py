@@ -8,6 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from safetensors.torch import load_file
+
+from operators.checkpoints import TensorMetaMap, tensor_meta
+from schemas.config import DEFAULT_MODEL
 
 
 @pytest.fixture
@@ -22,3 +27,15 @@ def write_jsonl(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def base_tensors() -> dict[str, torch.Tensor]:
+    """The tiny model's own tensors (read once; tests copy before changing them)."""
+    return load_file(str(DEFAULT_MODEL / "model.safetensors"))
+
+
+@pytest.fixture(scope="session")
+def expected() -> TensorMetaMap:
+    """The tiny model's tensor names, shapes and dtypes: what a checkpoint of it must hold."""
+    return tensor_meta(DEFAULT_MODEL)

@@ -25,17 +25,6 @@ from operators.checkpoints import (
 from schemas.config import DEFAULT_MODEL
 
 
-@pytest.fixture(scope="module")
-def base_tensors() -> dict[str, torch.Tensor]:
-    """The tiny model's own tensors (read once per module; tests copy before changing them)."""
-    return load_file(str(DEFAULT_MODEL / "model.safetensors"))
-
-
-@pytest.fixture(scope="module")
-def expected() -> TensorMetaMap:
-    return tensor_meta(DEFAULT_MODEL)
-
-
 def write(root: Path, state: dict[str, torch.Tensor], step: int = 1) -> Path:
     return write_checkpoint(root, step, state, DEFAULT_MODEL)
 

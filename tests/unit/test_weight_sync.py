@@ -9,22 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from operators.checkpoints import CheckpointError, TensorMetaMap, tensor_meta, write_checkpoint
+from operators.checkpoints import CheckpointError, TensorMetaMap, write_checkpoint
 from operators.weight_transfer import meta_of
 from pipelines.weight_sync import CheckpointSource, SyncOutcome, check_meta
 from schemas.config import DEFAULT_MODEL
-
-
-@pytest.fixture(scope="module")
-def base_tensors() -> dict[str, torch.Tensor]:
-    return load_file(str(DEFAULT_MODEL / "model.safetensors"))
-
-
-@pytest.fixture(scope="module")
-def expected() -> TensorMetaMap:
-    return tensor_meta(DEFAULT_MODEL)
 
 
 def truncate(path: Path, nbytes: int = 100) -> None:
