@@ -7,7 +7,7 @@ ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: install explore test lint format bench clean
+.PHONY: install explore demo test lint format bench clean
 
 install: $(STAMP)
 
@@ -23,6 +23,9 @@ $(STAMP): setup.py
 
 explore: $(STAMP)
 	$(PY) -m pipelines.explore $(ARGS)
+
+demo: $(STAMP)
+	$(PY) -m pipelines.explore --config pipelines/demo.yaml --with-trainer $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
