@@ -23,6 +23,7 @@ class WeightHub:
         self.state = "unknown"
         self.offer: dict[str, Any] | None = None
         self.workers: int | None = None
+        self.backend = "gloo"
         self.changed = asyncio.Condition()
 
     async def _set(self, **fields: Any) -> None:
@@ -66,8 +67,12 @@ class WeightHub:
 
     # -- explorer side -----------------------------------------------------------------------------------
 
-    async def set_workers(self, workers: int) -> None:
-        await self._set(workers=workers)
+    async def set_workers(self, workers: int, backend: str = "gloo") -> None:
+        """How many engine workers join the broadcast group, and its backend (gloo on CPU, nccl on GPU)."""
+        await self._set(workers=workers, backend=backend)
+
+    def group_backend(self) -> str:
+        return self.backend
 
     async def wait_newer(self, version: int, timeout: float) -> tuple[int, dict[str, Any]] | None:
         """The newest announcement above `version`; None after `timeout` or as soon as the trainer stops."""

@@ -305,12 +305,10 @@ class Explorer:
         """Every engine worker joins the trainer's torch.distributed group (trainer rank 0; gloo or NCCL)."""
         import ray
 
-        from pipelines.runtime import resolve_device
-
         rollout = self.config.explorer.rollout_model
         tp = rollout.tensor_parallel_size
         world = 1 + tp * len(self.engines.handles)
-        backend = "nccl" if resolve_device(self.config) == "gpu" else "gloo"
+        backend = self._group_backend()
         timeout = self.config.synchronizer.sync_timeout
         calls = [
             engine.open_weight_group.remote(master_address, master_port, 1 + i * tp, world, backend, timeout)
@@ -318,6 +316,11 @@ class Explorer:
         ]
         await asyncio.to_thread(ray.get, calls)
         self.syncer.group = {"address": master_address, "port": master_port, "meta": state_dict_meta}
+
+    def _group_backend(self) -> str:
+        from pipelines.runtime import resolve_device
+
+        return "nccl" if resolve_device(self.config) == "gpu" else "gloo"
 
     async def get_weight(self, name: str):
         """The named parameter as the first engine holds it (vLLM's parameter names, the engine's dtype)."""
@@ -344,7 +347,7 @@ class Explorer:
             )
             self.hub = hub.remote()
             tp = self.config.explorer.rollout_model.tensor_parallel_size
-            ray.get(self.hub.set_workers.remote(tp * len(self.engines.handles)))
+            ray.get(self.hub.set_workers.remote(tp * len(self.engines.handles), self._group_backend()))
             source = HubSource(self.hub, sync.sync_method, self.expected)
         base = (0, Path(self.config.model.model_path).resolve())
         self.syncer = WeightSyncer(source, self.engines.handles, sync.sync_timeout, on_disk=base)

@@ -80,6 +80,7 @@ class Trainer:
         self.stopping = threading.Event()
         self.hub: Any = None
         self.group: Any = None
+        self.device = "cpu"
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -153,14 +154,16 @@ class Trainer:
 
         from operators.weight_transfer import meta_of, send
 
-        state = self.state_dict()
         if self.group is None:
-            self.group = self._open_group()
+            self.group, self.device = self._open_group()
+        state = {name: t.to(self.device) for name, t in self.state_dict().items()}
         ray.get(self._hub().publish.remote(self.version, {"kind": "broadcast", "meta": meta_of(state)}))
         send(self.group, state)
 
-    def _open_group(self) -> Any:
+    def _open_group(self) -> tuple[Any, str]:
+        """Rank 0 of the explorer's group, on its engines' backend; returns the group and the send device."""
         import ray
+        import torch
 
         from operators.weight_transfer import open_group
 
@@ -170,10 +173,14 @@ class Trainer:
             raise RuntimeError(
                 f"no explorer registered on {self.options.hub_name} within {self.options.timeout}s"
             )
+        backend = ray.get(hub.group_backend.remote())
+        if backend == "nccl" and not torch.cuda.is_available():
+            raise RuntimeError("the explorer's engines use NCCL (GPUs): broadcast needs a trainer on a GPU")
         address = ray.util.get_node_ip_address()
         port = free_port()
         ray.get(hub.offer_group.remote(address, port))
-        return open_group(address, port, 0, 1 + workers, "gloo", self.options.timeout)
+        group = open_group(address, port, 0, 1 + workers, backend, self.options.timeout)
+        return group, "cuda" if backend == "nccl" else "cpu"
 
     def _hub(self) -> Any:
         if self.hub is None:
