@@ -68,6 +68,7 @@ class StepCommitter:
         self.records: dict[int, list[pa.Table]] = defaultdict(list)
         self.seen: dict[int, set[tuple[str, int]]] = defaultdict(set)
         self.next_step = first_step
+        self.repeats = 0  # sub-run reports dropped as repeats of earlier ones
         self.last_commit = clock()
 
     @property
@@ -78,10 +79,11 @@ class StepCommitter:
         return self.plan.tasks_in_step(step) * self.rows_per_task
 
     def add(self, records: pa.Table) -> list[CommittedStep]:
+        records = self._drop_repeats(records)
         steps = records.column("step")
         for step in pc.unique(steps).to_pylist():
             part = records.filter(pc.equal(steps, step))
-            self.seen[step] |= self._new_keys(step, part)
+            self.seen[step] |= set(sub_run_keys(part))
             self.records[step].append(part)
         committed = []
         while not self.done and len(self.seen[self.next_step]) >= self.rows_in_step(self.next_step):
@@ -89,14 +91,23 @@ class StepCommitter:
             self.next_step += 1
         return committed
 
-    def _new_keys(self, step: int, part: pa.Table) -> set[tuple[str, int]]:
-        """The part's sub-run keys; one reported before, or into a committed step, is a bug."""
-        keys = sub_run_keys(part)
-        twice = {k for k, n in Counter(keys).items() if n > 1} | (set(keys) & self.seen[step])
-        if twice or step < self.next_step:
-            shown = sorted(twice) or sorted(keys)[:3]
-            raise RuntimeError(f"step {step}: a task reported twice (task_uid, run_id_base): {shown}")
-        return set(keys)
+    def _drop_repeats(self, records: pa.Table) -> pa.Table:
+        """Records of sub-runs already reported (a retried batch reports again) are dropped and counted.
+
+        The first report wins; a repeat's fragments are named by no kept record, so its commit removes them.
+        The same key twice within one report is a bug, not a retry.
+        """
+        keys = sub_run_keys(records)
+        twice = sorted(k for k, n in Counter(keys).items() if n > 1)
+        if twice:
+            raise RuntimeError(f"a task reported twice in one batch (task_uid, run_id_base): {twice}")
+        steps = records.column("step").to_pylist()
+        keep = [
+            step >= self.next_step and key not in self.seen.get(step, ())
+            for key, step in zip(keys, steps, strict=True)
+        ]
+        self.repeats += keep.count(False)
+        return records if all(keep) else records.filter(pa.array(keep, pa.bool_()))
 
     def _commit(self, step: int) -> CommittedStep:
         records = pa.concat_tables(self.records.pop(step))
