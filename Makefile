@@ -7,7 +7,7 @@ ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: install explore demo test lint format bench clean
+.PHONY: install explore demo test lint format bench bench-checkpoints clean
 
 install: $(STAMP)
 
@@ -42,6 +42,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/pipeline_vs_engine.py $(ARGS)
+
+# e.g. make bench-checkpoints ARGS="--checkpoint-dir runs/explore-X/checkpoints --include-base"
+bench-checkpoints: $(STAMP)
+	$(PY) -m pipelines.bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

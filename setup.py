@@ -13,6 +13,7 @@ COMMON = [
     "transformers>=4.50",
     "tokenizers>=0.20",
     "safetensors>=0.4",
+    "matplotlib>=3.7",
 ]
 
 setup(

@@ -35,13 +35,8 @@ outputs (under --run-dir):
 """
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipelines.explore",
-        description="Run rftflow's explorer: rollouts on vLLM engines, scored and written as experiences.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config` and `--set`, the same in every rftflow command that reads a config."""
     parser.add_argument("--config", type=Path, help="YAML config file (fields documented in the README)")
     parser.add_argument(
         "--set",
@@ -51,6 +46,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="override one config field by dotted path, e.g. --set buffer.batch_size=16 (repeatable)",
     )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.explore",
+        description="Run rftflow's explorer: rollouts on vLLM engines, scored and written as experiences.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(parser)
     parser.add_argument(
         "--plugin-dir",
         dest="plugin_dirs",

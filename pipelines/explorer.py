@@ -32,8 +32,6 @@ from pipelines.weight_sync import CheckpointSource, HubSource, SyncOutcome, Weig
 from schemas.config import Config, flatten
 from schemas.errors import InputError
 
-BENCHMARK_TODO = "checkpoint benchmarking is not built yet; it will be `python -m pipelines.bench`"
-
 
 class Explorer:
     """Explores a taskset on vLLM engines: the reference API, async where the reference is async."""
@@ -389,7 +387,15 @@ class Explorer:
         self.state.save(self.run_dir)
 
     async def benchmark(self) -> bool:
-        raise NotImplementedError(BENCHMARK_TODO)
+        """Benchmark the checkpoints in `checkpoint_dir` on the eval tasksets, through `pipelines.bench`.
+
+        `bench_on_latest_checkpoint`: only the newest; `eval_on_startup`: the base model too (both when both
+        are set, where the reference drops the base). True when no checkpoint failed.
+        """
+        from pipelines.bench import explorer_benchmark
+
+        await self._finish_evals(wait=True)  # the engines are about to change weights
+        return await asyncio.to_thread(explorer_benchmark, self)
 
     # -- internals --------------------------------------------------------------------------------------
 

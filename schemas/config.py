@@ -102,6 +102,9 @@ class ExplorerConfig(Strict):
     )
     eval_interval: int = Field(100, ge=1, description="evaluate every N steps (when eval_tasksets are set)")
     eval_on_startup: bool = Field(True, description="evaluate at step 0 (when eval_tasksets are set)")
+    bench_on_latest_checkpoint: bool = Field(
+        False, description="benchmark(): only the newest checkpoint (plus the base when eval_on_startup)"
+    )
 
 
 class SynchronizerConfig(Strict):
