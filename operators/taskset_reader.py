@@ -41,8 +41,12 @@ def list_files(path: Path) -> list[Path]:
     return [path]
 
 
-def iter_raw_rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number, record) pairs; jsonl rows are numbered by line (1-based), Parquet rows from 1."""
+def iter_raw_rows(file: Path, skip_bad: bool = False) -> Iterator[tuple[int, dict[str, Any] | InputError]]:
+    """(row number, record) pairs; jsonl rows are numbered by line (1-based), Parquet rows from 1.
+
+    A line that is not a JSON object raises, or with `skip_bad` comes out as its InputError in place of a
+    record, so the caller can count it and go on.
+    """
     if file.suffix == ".parquet":
         number = 0
         try:
@@ -59,20 +63,27 @@ def iter_raw_rows(file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(file), row=number
-                ) from None
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"not valid JSON: {exc.msg} (column {exc.colno})", file=str(file), row=number
-                ) from None
-            if not isinstance(record, dict):
-                raise InputError(
-                    f"expected a JSON object, got {type(record).__name__}", file=str(file), row=number
-                )
-            yield number, record
+                yield number, parse_line(raw, file, number)
+            except InputError as error:
+                if not skip_bad:
+                    raise
+                yield number, error
+
+
+def parse_line(raw: bytes, file: Path, number: int) -> dict[str, Any]:
+    try:
+        record = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(file), row=number
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"not valid JSON: {exc.msg} (column {exc.colno})", file=str(file), row=number
+        ) from None
+    if not isinstance(record, dict):
+        raise InputError(f"expected a JSON object, got {type(record).__name__}", file=str(file), row=number)
+    return record
 
 
 def extract_fields(
@@ -118,6 +129,15 @@ class TasksetPlan:
     batch_size: int
     total_epochs: int
     total_steps: int | None
+    skipped: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (path, bad row numbers) with on_bad_row: skip
+    skip_messages: tuple[str, ...] = ()  # the first few reasons, for the report
+
+    @property
+    def skipped_rows(self) -> int:
+        return sum(len(rows) for _, rows in self.skipped)
+
+    def skipped_in(self, file: str) -> frozenset[int]:
+        return frozenset(dict(self.skipped).get(file, ()))
 
     @property
     def rows(self) -> int:
@@ -140,17 +160,35 @@ class TasksetPlan:
 def plan_taskset(
     cfg: TasksetConfig, batch_size: int, total_epochs: int, total_steps: int | None
 ) -> TasksetPlan:
-    """Validate every row (errors name file, row and field) and count rows per file."""
-    counted = []
+    """Validate every row (errors name file, row and field) and count rows per file.
+
+    With `on_bad_row: skip`, a bad row is left out (it takes no position, so steps stay full) and recorded.
+    """
+    skip = cfg.on_bad_row == "skip"
+    counted, skipped, messages = [], [], []
     for file in list_files(cfg.path):
-        n = 0
-        for row, record in iter_raw_rows(file):
-            extract_fields(record, cfg, file, row)
+        n, bad = 0, []
+        for row, record in iter_raw_rows(file, skip_bad=skip):
+            try:
+                if isinstance(record, InputError):
+                    raise record
+                extract_fields(record, cfg, file, row)
+            except InputError as error:
+                if not skip:
+                    raise
+                bad.append(row)
+                messages.append(str(error))
+                continue
             n += 1
         counted.append((str(file), n))
+        if bad:
+            skipped.append((str(file), tuple(bad)))
     if not any(n for _, n in counted):
-        raise InputError("the taskset has no rows", file=str(cfg.path))
-    return TasksetPlan(tuple(counted), batch_size, total_epochs, total_steps)
+        more = f" usable rows ({len(messages)} bad ones skipped, e.g. {messages[0]})" if messages else " rows"
+        raise InputError(f"the taskset has no{more}", file=str(cfg.path))
+    return TasksetPlan(
+        tuple(counted), batch_size, total_epochs, total_steps, tuple(skipped), tuple(messages[:3])
+    )
 
 
 def iter_task_tables(
@@ -184,7 +222,10 @@ def iter_task_tables(
     }
     pending: list[dict[str, Any]] = []
     index = offset
-    for row, record in iter_raw_rows(Path(file)):
+    bad = plan.skipped_in(file)
+    for row, record in iter_raw_rows(Path(file), skip_bad=bool(bad)):
+        if row in bad:
+            continue
         position = epoch * plan.rows + index
         if position >= plan.total_tasks:
             break

@@ -103,6 +103,7 @@ class Explorer:
             self.monitor.log_params(flatten(cfg))
             self.state.mlflow_run_id = self.monitor.run_id
             self._write_config()
+            self._report_skipped_rows()
         await asyncio.to_thread(wait_engines, self.engines)
         await asyncio.to_thread(self._open_weight_source)
         self._relog_committed_steps()
@@ -417,6 +418,15 @@ class Explorer:
         for step in self.sink.committed_steps():
             if step not in logged:
                 self.monitor.log_metrics(experience_metrics(self.sink.read_step(step)), step)
+
+    def _report_skipped_rows(self) -> None:
+        """Rows left out by `on_bad_row: skip`: counted in MLflow at step 0 and shown, never silently."""
+        plans = {self.config.buffer.explorer_input.taskset.name: self.plan, **self.eval_plans}
+        for name, plan in plans.items():
+            if plan.skipped_rows:
+                self.monitor.log_metrics({f"pipeline/skipped_rows/{name}": float(plan.skipped_rows)}, 0)
+                reasons = "; ".join(plan.skip_messages)
+                self._say(f"taskset '{name}': skipped {plan.skipped_rows} bad rows, e.g. {reasons}")
 
     def _write_config(self) -> None:
         import yaml

@@ -54,6 +54,9 @@ class TasksetConfig(Strict):
     default_reward_fn_type: str | None = Field(None, description="reward function (null: the workflow's own)")
     workflow_args: dict[str, Any] = {}
     reward_fn_args: dict[str, Any] = {}
+    on_bad_row: Literal["raise", "skip"] = Field(
+        "raise", description="a row that cannot become a task: raise (name it, stop) or skip (count, report)"
+    )
 
 
 class ExplorerInput(Strict):

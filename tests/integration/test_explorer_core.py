@@ -52,6 +52,22 @@ def test_resume_continues_the_same_run_without_duplicates(engines, tmp_path):
     assert state["latest_step"] == 5 and state["task_index"] == 20
 
 
+def test_skipped_bad_rows_are_counted_and_the_rest_explored(engines, tmp_path, capsys):
+    lines = DEFAULT_EVAL.read_text().splitlines()[:8]
+    taskset = tmp_path / "mixed.jsonl"
+    taskset.write_text("\n".join([*lines[:4], "{broken", *lines[4:], '{"prompt": "no answer"}']) + "\n")
+    overrides = [
+        *BASE,
+        "buffer.total_steps=2",
+        f"buffer.explorer_input.taskset.path={taskset}",
+        "buffer.explorer_input.taskset.on_bad_row=skip",
+    ]
+    summary = explore(load_config(None, overrides), tmp_path / "run", progress=False, engines=engines)
+    assert pq.read_table(summary.run_dir / "experiences").num_rows == 8 * 2  # both steps full
+    assert history(summary, "pipeline/skipped_rows/arith") == [0]
+    assert "skipped 2 bad rows" in capsys.readouterr().err
+
+
 def test_split_repeats_commit_each_step_once(engines, tmp_path):
     cfg = load_config(None, [*BASE, "buffer.total_steps=2", "explorer.max_repeat_times_per_runner=1"])
     summary = explore(cfg, tmp_path / "run", progress=False, engines=engines)

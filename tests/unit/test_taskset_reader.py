@@ -359,3 +359,41 @@ def test_eval_tasks_carry_the_step_they_evaluate(tmp_path):
     assert table.column("step").to_pylist() == [7] * 5
     assert set(table.column("workflow").to_pylist()) == {"eval_math"}
     assert all(table.column("is_eval").to_pylist())
+
+
+# --- on_bad_row: skip ---------------------------------------------------------------------------------------
+
+
+def test_skip_leaves_bad_rows_out_counts_them_and_keeps_steps_full(write_jsonl, tmp_path):
+    rows = qa_rows(6)
+    lines = [
+        json.dumps(rows[0]),
+        "{not json",
+        json.dumps(rows[1]),
+        json.dumps({"prompt": "no answer"}),
+        json.dumps(rows[2]),
+        "[1, 2]",
+        *(json.dumps(r) for r in rows[3:]),
+    ]
+    path = write_jsonl(lines)
+    path.write_bytes(path.read_bytes() + b'{"prompt": "\xff", "answer": "1"}\n')  # not UTF-8
+    cfg = config(path, on_bad_row="skip")
+    plan = plan_for(cfg, batch_size=3)
+    assert plan.rows == 6 and plan.skipped_rows == 4
+    assert plan.skipped == ((str(path), (2, 4, 6, 10)),)
+    assert "not valid JSON" in plan.skip_messages[0] and f"{path}:2" in plan.skip_messages[0]
+    blocks = read_all(cfg, plan)
+    assert column(blocks, "truth") == [r["answer"] for r in rows]
+    assert column(blocks, "step") == [1, 1, 1, 2, 2, 2]
+    assert column(blocks, "index") == list(range(6))  # positions skip nothing: steps stay full
+
+
+def test_raise_is_the_default_and_names_the_first_bad_row(write_jsonl):
+    path = write_jsonl([*qa_rows(2), "{not json"])
+    assert_located(refused(config(path)), path, 3, None, "not valid JSON")
+
+
+def test_skip_with_nothing_usable_is_refused_with_a_reason(write_jsonl):
+    path = write_jsonl(["{", "{"])
+    err = refused(config(path, on_bad_row="skip"))
+    assert "no usable rows (2 bad ones skipped" in str(err)
