@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.config import RolloutModelConfig
+from schemas.errors import TaskInputError
 
 
 @dataclass
@@ -83,6 +84,7 @@ class VLLMEngine:
         self.model_path = str(model_path)
         self.model_version = model_version
         self.workers = rollout.tensor_parallel_size
+        self.max_prompt_tokens, self.prompt_overflow = rollout.max_prompt_tokens, rollout.prompt_overflow
         self.open = asyncio.Event()
         self.open.set()
         self.in_flight = 0
@@ -98,6 +100,16 @@ class VLLMEngine:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def fit_prompt(self, prompt_ids: list[int]) -> list[int]:
+        """Apply `max_prompt_tokens`: refuse a longer prompt, or keep its last tokens (the question's end and
+        the generation prompt, which a chat template puts last)."""
+        limit = self.max_prompt_tokens
+        if limit is None or len(prompt_ids) <= limit:
+            return prompt_ids
+        if self.prompt_overflow == "truncate":
+            return prompt_ids[-limit:]
+        raise TaskInputError(f"prompt has {len(prompt_ids)} tokens, more than max_prompt_tokens={limit}")
+
     async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return await self.generate(self.render_chat(messages), sampling)
 
@@ -106,8 +118,10 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        prompt_ids = (
-            self.tokenizer.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else prompt
+        prompt_ids = self.fit_prompt(
+            self.tokenizer.encode(prompt, add_special_tokens=True)
+            if isinstance(prompt, str)
+            else list(prompt)
         )
         params = SamplingParams(**sampling, output_kind=RequestOutputKind.FINAL_ONLY)
         params.logprobs = sampling.get("logprobs") or 0

@@ -17,6 +17,7 @@ from typing import Any
 
 from operators.engine_client import EngineClient
 from operators.workflows.registry import Workflow, run_workflow, workflow_class
+from schemas.errors import TaskInputError
 from schemas.experience import Experience, MalformedExperience
 from schemas.status import Status, result_row
 from schemas.task import Task
@@ -148,6 +149,8 @@ class WorkflowRunner:
                 return sub.ok_row(engine.name, experiences)
             except TimeoutError:
                 message = f"attempt {attempt} timed out after {self.max_timeout:g}s"
+            except TaskInputError as exc:  # the same input would fail again: no retry
+                return sub.failed_row(engine.name, f"attempt {attempt}: {describe(exc)}")
             except Exception as exc:  # a workflow bug must cost one sub-run, not the run
                 message = f"attempt {attempt}: {describe(exc)}"
         return sub.failed_row(engine.name, message)

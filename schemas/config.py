@@ -90,6 +90,13 @@ class RolloutModelConfig(Strict):
     enforce_eager: bool = True
     seed: int = 0
     engine_cpus: float = Field(1.0, gt=0.0, description="Ray CPUs reserved per engine actor")
+    max_prompt_tokens: int | None = Field(
+        None, ge=1, description="longest prompt in tokens (null: what max_model_len leaves room for)"
+    )
+    prompt_overflow: Literal["refuse", "truncate"] = Field(
+        "refuse",
+        description="a longer prompt: refuse (the task fails with a message) or keep its last tokens",
+    )
 
 
 class ExplorerConfig(Strict):

@@ -16,3 +16,7 @@ class InputError(ValueError):
         if field is not None:
             where.append(f"field '{field}'")
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class TaskInputError(ValueError):
+    """A task whose input cannot run as it is (a prompt over the token limit): it fails at once, unretried."""
