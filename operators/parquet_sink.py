@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from schemas.experience import EXPERIENCE_SCHEMA
 from schemas.status import RESULT_SCHEMA, flatten_experiences
 
 PENDING = "_pending"
@@ -59,17 +60,48 @@ def write_fragments(results: pa.Table, root: str) -> pa.Table:
     return records.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
 
 
+def filter_stale(table: pa.Table, min_version: int | None) -> tuple[pa.Table, int]:
+    """`table` without experiences older than `min_version` (the staleness bound), and how many went."""
+    if min_version is None:
+        return table, 0
+    kept = table.filter(pc.greater_equal(table.column("model_version"), min_version))
+    return kept, len(table) - len(kept)
+
+
 def drop_stale(path: Path, min_version: int) -> int:
     """Rewrite a pending fragment without experiences older than `min_version`; returns how many went."""
     versions = pq.read_table(path, columns=["model_version"]).column("model_version")
     stale = pc.sum(pc.less(versions, min_version)).as_py() or 0
     if stale:
-        table = pq.read_table(path)
-        kept = table.filter(pc.greater_equal(table.column("model_version"), min_version))
+        kept, _ = filter_stale(pq.read_table(path), min_version)
         partial = path.with_suffix(".partial")
         pq.write_table(kept, partial)
         os.replace(partial, path)
     return stale
+
+
+def pending_fragments(root: Path, step: int, fragments: set[str]) -> Path:
+    """The pending folder of `step`, holding exactly the named fragments.
+
+    Files no record names (a retried writer's second copy, a partial file) are removed; a named fragment
+    that is not there is an error, since its experiences would be lost.
+    """
+    pending = Path(root) / PENDING / step_dirname(step)
+    pending.mkdir(parents=True, exist_ok=True)
+    present = {p.name for p in pending.iterdir()}
+    missing = fragments - present
+    if missing:
+        raise RuntimeError(f"step {step}: fragments reported but not on disk: {sorted(missing)}")
+    for name in present - fragments:
+        (pending / name).unlink()
+    return pending
+
+
+def read_fragments(paths: list[Path]) -> pa.Table:
+    """Fragments in the order given, as one table (empty, with the experience schema, for none)."""
+    if not paths:
+        return EXPERIENCE_SCHEMA.empty_table()
+    return pa.concat_tables(pq.read_table(p) for p in paths)
 
 
 class ParquetSink:
@@ -77,6 +109,9 @@ class ParquetSink:
 
     def __init__(self, root: Path):
         self.root = Path(root)
+
+    def close(self) -> None:
+        """Nothing to let go of: every call opens and closes its own files."""
 
     def committed_steps(self) -> list[int]:
         if not self.root.is_dir():
@@ -92,14 +127,7 @@ class ParquetSink:
         final = self.root / step_dirname(step)
         if final.exists():
             raise RuntimeError(f"step {step} is already committed at {final}")
-        pending = self.root / PENDING / step_dirname(step)
-        pending.mkdir(parents=True, exist_ok=True)
-        present = {p.name for p in pending.iterdir()}
-        missing = fragments - present
-        if missing:
-            raise RuntimeError(f"step {step}: fragments reported but not on disk: {sorted(missing)}")
-        for name in present - fragments:  # leftovers of a retried writer, or partial files
-            (pending / name).unlink()
+        pending = pending_fragments(self.root, step, fragments)
         dropped = (
             0 if min_version is None else sum(drop_stale(pending / name, min_version) for name in fragments)
         )
@@ -107,13 +135,10 @@ class ParquetSink:
         return dropped
 
     def read_step(self, step: int) -> pa.Table:
-        directory = self.root / step_dirname(step)
-        files = sorted(directory.glob("*.parquet"))
-        if not files:
-            from schemas.experience import EXPERIENCE_SCHEMA
-
-            return EXPERIENCE_SCHEMA.empty_table()
-        return pa.concat_tables(pq.read_table(f) for f in files)
+        return read_fragments(sorted((self.root / step_dirname(step)).glob("*.parquet")))
 
     def discard_pending(self) -> None:
         shutil.rmtree(self.root / PENDING, ignore_errors=True)
+
+    def describe(self) -> str:
+        return f"{self.root} (Parquet, one folder per committed step)"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.parquet_sink import ParquetSink
+from operators.sinks import Sink
 from operators.taskset_reader import TasksetPlan
 
 
@@ -54,7 +54,7 @@ class StepCommitter:
     def __init__(
         self,
         plan: TasksetPlan,
-        sink: ParquetSink,
+        sink: Sink,
         clock: Callable[[], float] = time.monotonic,
         first_step: int = 1,
         rows_per_task: int = 1,

@@ -122,6 +122,7 @@ class Summary:
     run_dir: Path
     tracking_uri: str
     mlflow_run_id: str
+    store: str  # where the committed experiences are: the sink's description
     model_version: int = 0
     step_rewards: dict[int, float] = field(default_factory=dict)
 
@@ -141,7 +142,7 @@ class Summary:
         return "\n".join(
             [
                 *lines,
-                f"  experiences: {self.run_dir / 'experiences'} (Parquet, one folder per committed step)",
+                f"  experiences: {self.store}",
                 f"  mlflow:      {self.tracking_uri} (run {self.mlflow_run_id})",
                 f"  browse:      mlflow ui --backend-store-uri {self.tracking_uri}",
             ]
@@ -204,6 +205,7 @@ def explore(
         run_dir=explorer.run_dir,
         tracking_uri=explorer.tracking_uri,
         mlflow_run_id=explorer.monitor.run_id,
+        store=explorer.sink.describe(),
         model_version=explorer.state.model_version,
         step_rewards=explorer.step_rewards,
     )
@@ -223,6 +225,7 @@ def start_trainer(explorer, lr: float | None = None) -> tuple:
         steps=explorer.plan.num_steps,
         first_version=explorer.state.model_version,
         timeout=cfg.synchronizer.sync_timeout,
+        experience_buffer=cfg.buffer.trainer_input.experience_buffer,
         **({} if lr is None else {"lr": lr}),
     )
     return start_trainer_actor(options)

@@ -18,6 +18,7 @@ class ExplorerState:
     model_version: int = 0
     last_sync_step: int = 0
     sync_failures: int = 0  # syncs that kept the old weights (refused, timed out or failed)
+    published_step: int = 0  # last committed step handed to the experience queue (when there is one)
 
     @classmethod
     def load(cls, run_dir: Path) -> ExplorerState | None:

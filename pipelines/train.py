@@ -1,7 +1,8 @@
 """`python -m pipelines.train`: a minimal GRPO trainer that closes the loop with the explorer, on CPU torch.
 
-It reads committed experience steps from a run's sink in order, takes one GRPO update per step (training on
-step N produces version N), and hands each version to the explorer by the configured method:
+It reads committed experience steps in order (from the run's store, or from its experience queue when it has
+one), takes one GRPO update per step (training on step N produces version N), and hands each version to the
+explorer by the configured method:
 - checkpoint: `global_step_N/` under the checkpoint dir, written aside and renamed, so it is never seen half
   written; plus `trainer_status.json` beside them;
 - memory: the state dict put in the Ray object store and announced on the run's weight hub;
@@ -18,12 +19,14 @@ import os
 import socket
 import sys
 import threading
-import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schemas.config import DEFAULT_MODEL
+import pyarrow as pa
+
+from schemas.config import DEFAULT_MODEL, ExperienceBufferConfig
 
 POLL_S = 0.2
 EPILOG = """\
@@ -48,6 +51,7 @@ class TrainerOptions:
     seed: int = 0
     first_version: int = 0
     timeout: float = 1200.0  # broadcast group and transfer timeout
+    experience_buffer: ExperienceBufferConfig | None = None  # default: the run's, from its config.yaml
     log: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -59,7 +63,6 @@ class Trainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from operators.checkpoints import tensor_meta
-        from operators.parquet_sink import ParquetSink
         from pipelines.grpo import GRPOConfig, make_optimizer
 
         self.options = options
@@ -75,7 +78,6 @@ class Trainer:
         self.grpo = GRPOConfig(lr=options.lr)
         self.optimizer = make_optimizer(self.model, self.grpo)
         self.names = list(tensor_meta(options.model_path))  # what a version must hold (no tied copies)
-        self.sink = ParquetSink(Path(options.run_dir) / "experiences")
         self.version = options.first_version
         self.stopping = threading.Event()
         self.hub: Any = None
@@ -90,18 +92,15 @@ class Trainer:
         """Train until `steps` versions, an idle timeout, or `stop()`; returns the last version made."""
         self._set_status("running")
         try:
-            while not self.stopping.is_set():
-                if self.options.steps is not None and self.version >= self.options.steps:
-                    break
-                step = self.version + 1
-                if not self._wait_for_step(step):
-                    break
-                metrics = self._train(step)
+            for step, experiences in [] if self._enough() else self._committed_steps():
+                metrics = self._train(experiences)
                 self.version = step
                 self._publish()
                 metrics["train/model_version"] = float(step)
                 self.options.log.append(metrics)
                 print(json.dumps({"step": step, **metrics}), file=sys.stderr, flush=True)
+                if self._enough():
+                    break
         finally:
             self._set_status("stopped")
         return self.version
@@ -109,20 +108,28 @@ class Trainer:
     def stop(self) -> None:
         self.stopping.set()
 
-    def _wait_for_step(self, step: int) -> bool:
-        deadline = time.monotonic() + self.options.idle_timeout
-        while step not in self.sink.committed_steps():
-            if self.stopping.is_set() or time.monotonic() > deadline:
-                return False
-            time.sleep(POLL_S)
-        return True
+    def _enough(self) -> bool:
+        return self.options.steps is not None and self.version >= self.options.steps
 
-    def _train(self, step: int) -> dict[str, float]:
+    def _committed_steps(self) -> Iterator[tuple[int, pa.Table]]:
+        """The steps after this version, in order: from the run's experience queue if any, else its store.
+
+        Ends on `stop()`, or when no step comes for `idle_timeout` seconds.
+        """
+        from operators.experience_queue import QueueReader
+        from operators.experience_reader import buffer_config, open_reader
+
+        run_dir = Path(self.options.run_dir)
+        buffer = self.options.experience_buffer or buffer_config(run_dir)
+        wait = {"poll_s": POLL_S, "idle_timeout": self.options.idle_timeout, "stop": self.stopping}
+        if buffer.queue_capacity is not None:
+            return iter(QueueReader(run_dir.name, after=self.version, **wait))
+        return open_reader(run_dir, buffer).steps(self.version + 1, follow=True, **wait)
+
+    def _train(self, experiences: pa.Table) -> dict[str, float]:
         from pipelines.grpo import train_on_experiences
 
-        return train_on_experiences(
-            self.model, self.optimizer, self.sink.read_step(step), self.grpo, self.pad_id
-        )
+        return train_on_experiences(self.model, self.optimizer, experiences, self.grpo, self.pad_id)
 
     def state_dict(self) -> dict[str, Any]:
         state = self.model.state_dict()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from unit_factories import make_result, make_results
+from unit_factories import fragments_of, make_result, make_results, write_and_commit
 
 from operators.parquet_sink import PENDING, RECORD_SCHEMA, ParquetSink, step_dirname, write_fragments
 from schemas.experience import EXPERIENCE_SCHEMA
@@ -19,21 +18,6 @@ def root(tmp_path):
 
 def pending_dir(root, step: int):
     return root / PENDING / step_dirname(step)
-
-
-def fragments_of(records: pa.Table, step: int | None = None) -> set[str]:
-    return {
-        r["fragment"] for r in records.to_pylist() if r["fragment"] and (step is None or r["step"] == step)
-    }
-
-
-def write_and_commit(root, spec) -> tuple[ParquetSink, pa.Table]:
-    """Write the results of `spec` and commit each of its steps with the fragments the records name."""
-    records = write_fragments(make_results(spec), str(root))
-    sink = ParquetSink(root)
-    for step in sorted(set(records.column("step").to_pylist())):
-        sink.commit_step(step, fragments_of(records, step))
-    return sink, records
 
 
 def test_step_dirname():
@@ -103,14 +87,16 @@ def test_commit_of_a_missing_fragment_raises(root):
 
 
 def test_committing_a_step_twice_raises(root):
-    sink, records = write_and_commit(root, [("a", 1, 1)])
+    sink = ParquetSink(root)
+    write_and_commit(sink, [("a", 1, 1)])
     with pytest.raises(RuntimeError, match="already committed"):
         sink.commit_step(1, set())
     assert sink.read_step(1).num_rows == 1  # the committed step is untouched
 
 
 def test_readers_see_committed_steps_only(root):
-    sink, _ = write_and_commit(root, [("a", 1, 2), ("b", 2, 1)])
+    sink = ParquetSink(root)
+    write_and_commit(sink, [("a", 1, 2), ("b", 2, 1)])
     write_fragments(make_results([("c", 3, 4)]), str(root))  # step 3 is still pending
     assert sink.committed_steps() == [1, 2]
     table = pq.read_table(root)
@@ -121,7 +107,8 @@ def test_readers_see_committed_steps_only(root):
 
 
 def test_a_step_where_every_task_failed_commits_empty(root):
-    sink, records = write_and_commit(root, [("a", 1, 0), ("b", 1, 0), ("c", 2, 1)])
+    sink = ParquetSink(root)
+    records = write_and_commit(sink, [("a", 1, 0), ("b", 1, 0), ("c", 2, 1)])
     assert fragments_of(records, 1) == set()
     assert sink.committed_steps() == [1, 2]
     empty = sink.read_step(1)

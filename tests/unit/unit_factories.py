@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from operators.parquet_sink import write_fragments
 from schemas.experience import Experience
 from schemas.status import Status, result_row, results_to_table
 
@@ -69,6 +70,21 @@ def make_results(spec: list[tuple[Any, ...]]) -> pa.Table:
             make_result(uid, step, n, ok=n > 0, message=None if n else "boom", run_id_base=run_id_base)
         )
     return results_to_table(rows)
+
+
+def fragments_of(records: pa.Table, step: int | None = None) -> set[str]:
+    """The fragment names that writer records report (for `step`, or all)."""
+    return {
+        r["fragment"] for r in records.to_pylist() if r["fragment"] and (step is None or r["step"] == step)
+    }
+
+
+def write_and_commit(sink: Any, spec: list[tuple[Any, ...]]) -> pa.Table:
+    """Write the results of `spec` (as `make_results`) under the sink's root and commit each step."""
+    records = write_fragments(make_results(spec), str(sink.root))
+    for step in sorted(set(records.column("step").to_pylist())):
+        sink.commit_step(step, fragments_of(records, step))
+    return records
 
 
 def qa_rows(n: int, start: int = 0) -> list[dict[str, str]]:

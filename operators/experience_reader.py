@@ -1,0 +1,114 @@
+"""The trainer's view of a run's experiences: committed steps only, in order, from either sink.
+
+    from operators.experience_reader import open_reader
+
+    reader = open_reader("runs/explore-20261202-130000")  # finds the store in the run's config.yaml
+    for step, experiences in reader.steps(follow=True, idle_timeout=600):
+        train_on(experiences)  # a pyarrow Table with schemas.experience.EXPERIENCE_SCHEMA
+
+A step is visible once its commit is (a folder rename for Parquet, a transaction for SQL), so a reader never
+sees a pending fragment or half a step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+
+from operators.sinks import Sink, open_sink
+from schemas.config import ExperienceBufferConfig, load_config
+from schemas.errors import InputError
+
+POLL_S = 0.5
+
+
+class ExperienceReader:
+    def __init__(self, sink: Sink):
+        self.sink = sink
+
+    def committed_steps(self) -> list[int]:
+        return self.sink.committed_steps()
+
+    def read_step(self, step: int) -> pa.Table:
+        """A committed step's experiences; a step not committed (yet) is an error, never a partial table."""
+        if step not in self.committed_steps():
+            raise KeyError(f"step {step} is not committed in {self.sink.describe()}")
+        return self.sink.read_step(step)
+
+    def steps(
+        self,
+        start: int = 1,
+        *,
+        follow: bool = False,
+        poll_s: float = POLL_S,
+        idle_timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """`(step, experiences)` for each committed step from `start`, in order.
+
+        Without `follow` it ends at the last step committed now; with it, it waits for new steps until `stop`
+        is set or none commits for `idle_timeout` seconds (None: for ever).
+        """
+        last = start - 1
+        while True:
+            step = self._poll(
+                lambda steps, last=last: min((s for s in steps if s > last), default=None),
+                follow,
+                poll_s,
+                idle_timeout,
+                stop,
+            )
+            if step is None:
+                return
+            yield step, self.sink.read_step(step)
+            last = step
+
+    def wait_for(
+        self,
+        step: int,
+        *,
+        poll_s: float = POLL_S,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> bool:
+        """True once `step` is committed; False when `stop` is set or `timeout` passes first."""
+        return (
+            self._poll(lambda steps: step if step in steps else None, True, poll_s, timeout, stop) is not None
+        )
+
+    def _poll(
+        self,
+        pick: Callable[[list[int]], int | None],
+        follow: bool,
+        poll_s: float,
+        timeout: float | None,
+        stop: threading.Event | None,
+    ) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stop = stop or threading.Event()
+        while True:
+            found = pick(self.committed_steps())
+            if found is not None or not follow:
+                return found
+            if stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                return None
+            stop.wait(poll_s)
+
+
+def buffer_config(run_dir: Path | str) -> ExperienceBufferConfig:
+    """The experience store of the run in `run_dir`, as its explorer wrote it in config.yaml."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise InputError(
+            "no config.yaml: not an explore run dir, or its explorer has not started yet", file=str(path)
+        )
+    return load_config(path).buffer.trainer_input.experience_buffer
+
+
+def open_reader(run_dir: Path | str, config: ExperienceBufferConfig | None = None) -> ExperienceReader:
+    """A reader of the run in `run_dir`; its store comes from `config`, else from the run's config.yaml."""
+    return ExperienceReader(open_sink(config or buffer_config(run_dir), Path(run_dir)))

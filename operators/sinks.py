@@ -1,0 +1,71 @@
+"""The experience sink's contract, and the sink a run's config asks for.
+
+Every sink stages the same way: rollout batches write Parquet fragments under
+`<run dir>/experiences/_pending/` (`operators.parquet_sink.write_fragments`), and the driver commits each step
+once, in order. The sinks differ only in where a committed step lives: a `step_N/` folder (Parquet) or
+rows in two SQL tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Protocol
+
+import pyarrow as pa
+
+from operators.parquet_sink import ParquetSink
+from schemas.config import SQL_NAME_MAX, ExperienceBufferConfig
+
+STAGING = "experiences"  # under the run dir: Parquet's committed steps, and every sink's pending fragments
+SQLITE_FILE = "experiences.db"
+
+
+class Sink(Protocol):
+    """What the control stage and the readers need from a sink."""
+
+    root: Path  # the staging root, where writers put pending fragments
+
+    def committed_steps(self) -> list[int]: ...
+
+    def commit_step(self, step: int, fragments: set[str], min_version: int | None = None) -> int:
+        """Commit exactly the named fragments of `step`, once; returns the experiences dropped as stale."""
+        ...
+
+    def read_step(self, step: int) -> pa.Table:
+        """A committed step's experiences (EXPERIENCE_SCHEMA)."""
+        ...
+
+    def discard_pending(self) -> None: ...
+
+    def close(self) -> None:
+        """Let go of connections and files (the run is over; readers open their own)."""
+        ...
+
+    def describe(self) -> str:
+        """Where the committed steps are, for the run summary (passwords masked)."""
+        ...
+
+
+def default_table_name(run_name: str) -> str:
+    """The run name as a plain SQL identifier; a long one is cut and keeps a hash, so runs stay apart."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", run_name)
+    if not re.match(r"[A-Za-z_]", name):
+        name = f"run_{name}"
+    if len(name) > SQL_NAME_MAX:
+        digest = hashlib.sha1(run_name.encode()).hexdigest()[:8]
+        name = f"{name[: SQL_NAME_MAX - 9]}_{digest}"
+    return name
+
+
+def open_sink(cfg: ExperienceBufferConfig, run_dir: Path) -> Sink:
+    """The sink of the run in `run_dir` (whose name is the run name); nothing is opened until first used."""
+    run_dir = Path(run_dir).resolve()
+    root = run_dir / STAGING
+    if cfg.storage_type == "parquet":
+        return ParquetSink(root)
+    from operators.sql_sink import SqlSink
+
+    url = cfg.path or f"sqlite:///{run_dir / SQLITE_FILE}"
+    return SqlSink(root, url, cfg.name or default_table_name(run_dir.name))
