@@ -19,8 +19,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from operators.prompt_bound import max_token_bytes, refuse_by_length
 from schemas.config import RolloutModelConfig
 from schemas.errors import TaskInputError
+
+
+class EngineGone(RuntimeError):
+    """The engine can serve no more requests (its vLLM core died); the caller waits for its replacement."""
 
 
 @dataclass
@@ -61,7 +66,8 @@ def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
 class VLLMEngine:
     """Plain class (usable in-process); `ray.remote(VLLMEngine)` makes it the engine actor."""
 
-    def __init__(self, model_path: str, cfg: dict[str, Any], model_version: int = 0):
+    def __init__(self, model_path: str, cfg: dict[str, Any], model_version: int = 0, closed: bool = False):
+        """`closed`: hold requests until the first load (a replacement must first get the current weights)."""
         rollout = RolloutModelConfig.model_validate(cfg)
         gpu = use_gpu(rollout)
         os.environ.update(engine_env(rollout, gpu))
@@ -85,20 +91,40 @@ class VLLMEngine:
         self.model_version = model_version
         self.workers = rollout.tensor_parallel_size
         self.max_prompt_tokens, self.prompt_overflow = rollout.max_prompt_tokens, rollout.prompt_overflow
+        self.token_bytes = max_token_bytes(self.tokenizer)  # None: no early refusal is sound
         self.open = asyncio.Event()
-        self.open.set()
+        if not closed:
+            self.open.set()
         self.in_flight = 0
         self.drained = asyncio.Condition()
 
     def ready(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "model_version": self.model_version}
+        return {"model_path": self.model_path, "model_version": self.model_version, "pid": os.getpid()}
+
+    async def health(self) -> dict[str, Any]:
+        """Raises when the vLLM core has died (the actor may live on); the supervisor then replaces it."""
+        await self.llm.check_health()
+        return {"model_version": self.model_version, "in_flight": self.in_flight}
+
+    def memory(self) -> dict[int, dict[str, int]]:
+        """Resident and peak memory of this actor's process and its children (the vLLM core), by pid."""
+        from operators.proc_stats import process_tree_memory
+
+        return process_tree_memory(os.getpid())
 
     def get_model_version(self) -> int:
         return self.model_version
 
     def render_chat(self, messages: list[dict[str, str]]) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return self.encode(text, add_special_tokens=False)
+
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        """Token ids; under `prompt_overflow: refuse`, a text over `max_prompt_tokens` by its length alone is
+        refused untokenized (operators/prompt_bound.py): tokenizing 10 MB takes 15-25 s on this loop."""
+        if self.prompt_overflow == "refuse":
+            refuse_by_length(text, self.max_prompt_tokens, self.token_bytes)
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     def fit_prompt(self, prompt_ids: list[int]) -> list[int]:
         """Apply `max_prompt_tokens`: refuse a longer prompt, or keep its last tokens (the question's end and
@@ -119,9 +145,7 @@ class VLLMEngine:
         from vllm.sampling_params import RequestOutputKind
 
         prompt_ids = self.fit_prompt(
-            self.tokenizer.encode(prompt, add_special_tokens=True)
-            if isinstance(prompt, str)
-            else list(prompt)
+            self.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else list(prompt)
         )
         params = SamplingParams(**sampling, output_kind=RequestOutputKind.FINAL_ONLY)
         params.logprobs = sampling.get("logprobs") or 0
@@ -134,6 +158,10 @@ class VLLMEngine:
                 {"prompt_token_ids": list(prompt_ids)}, params, uuid.uuid4().hex
             ):
                 final = output
+        except Exception as exc:
+            if self.llm.errored:  # the core is gone: the request is not lost, it goes to the replacement
+                raise EngineGone(f"vLLM engine core died: {exc}") from None
+            raise
         finally:
             async with self.drained:
                 self.in_flight -= 1

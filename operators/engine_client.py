@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from typing import Any
 
-from operators.engine import Generation, Sample
+from operators.engine import EngineGone, Generation, Sample
+
+RETRY_POLL_S = 1.0  # how often a call to a lost engine looks for its replacement
+# A replacement takes the name within seconds of the old actor's removal; a name unused for longer than this
+# means the engines were stopped (the run ended), and waiting on would only hold up the stream's end.
+ABSENT_S = 15.0
 
 
 def derive_seed(base: int | None, *parts: object) -> int | None:
@@ -26,25 +32,47 @@ def sampling_params(rollout_args: dict[str, Any], n: int, seed: int | None) -> d
 
 
 class EngineClient:
-    """Awaits an engine actor (cancelling the remote call if the caller is cancelled) or a local engine."""
+    """Awaits an engine actor (cancelling the remote call if the caller is cancelled) or a local engine.
 
-    def __init__(self, engine: Any, name: str = "engine"):
+    An engine actor that dies, or whose vLLM core dies, is replaced under the same name by the driver's
+    supervisor; a call that was in flight on it is sent again to the replacement (requests are seeded, so the
+    answer is the one the lost call would have given), for up to `restart_timeout` seconds.
+    """
+
+    def __init__(self, engine: Any, name: str = "engine", restart_timeout: float = 600.0):
         self.engine = engine
         self.name = name
-        self.remote = hasattr(engine.generate, "remote")
+        self.restart_timeout = restart_timeout
+        self.remote = engine is None or hasattr(engine.generate, "remote")
+
+    @classmethod
+    def named(cls, name: str, restart_timeout: float = 600.0) -> EngineClient:
+        """A client of the engine actor called `name`, looked up at its first call."""
+        return cls(None, name=name, restart_timeout=restart_timeout)
 
     async def _call(self, method: str, *args: Any) -> dict[str, Any]:
-        target = getattr(self.engine, method)
         if not self.remote:
-            return await target(*args)
-        ref = target.remote(*args)
-        try:
-            return await ref
-        except asyncio.CancelledError:
-            import ray
+            return await getattr(self.engine, method)(*args)
+        patience = Patience(self.name, self.restart_timeout)
+        self.engine = self.engine or await asyncio.to_thread(lookup_engine, self.name)
+        while True:
+            if self.engine is None:
+                patience.missing()
+            else:
+                ref = getattr(self.engine, method).remote(*args)
+                try:
+                    return await ref
+                except asyncio.CancelledError:
+                    import ray
 
-            ray.cancel(ref)  # a timed-out attempt must not keep generating
-            raise
+                    ray.cancel(ref)  # a timed-out attempt must not keep generating
+                    raise
+                except Exception as exc:
+                    if not engine_lost(exc):
+                        raise
+                    patience.lost(exc)
+            await asyncio.sleep(RETRY_POLL_S)
+            self.engine = await asyncio.to_thread(lookup_engine, self.name)
 
     async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Generation:
         return to_generation(await self._call("chat", messages, sampling))
@@ -56,3 +84,50 @@ class EngineClient:
 def to_generation(raw: dict[str, Any]) -> Generation:
     samples = [Sample(**s) for s in raw["samples"]]
     return Generation(raw["prompt_ids"], raw["prompt_text"], raw["model_version"], samples)
+
+
+class Patience:
+    """How long a call waits for a lost engine's replacement: `restart_timeout` from the first loss, but only
+    `ABSENT_S` while no actor has the name at all (the engines were stopped, not replaced)."""
+
+    def __init__(self, name: str, restart_timeout: float):
+        self.name, self.restart_timeout = name, restart_timeout
+        self.deadline: float | None = None
+        self.absent: float | None = None
+
+    def lost(self, reason: BaseException | str) -> None:
+        """The engine failed the call (an actor had the name); raises EngineGone once patience runs out."""
+        self.absent = None
+        self._wait_on(reason)
+
+    def missing(self) -> None:
+        """No actor has the name now."""
+        self.absent = self.absent or time.monotonic()
+        if time.monotonic() - self.absent > ABSENT_S:
+            stopped = f"no actor of that name for {ABSENT_S:g}s; the engines were stopped"
+            raise EngineGone(f"{self.name}: {stopped}")
+        self._wait_on("no actor of that name")
+
+    def _wait_on(self, reason: BaseException | str) -> None:
+        self.deadline = self.deadline or time.monotonic() + self.restart_timeout
+        if time.monotonic() >= self.deadline:
+            raise EngineGone(f"{self.name} did not come back within {self.restart_timeout:g}s: {reason}")
+
+
+def engine_lost(exc: BaseException) -> bool:
+    """The engine actor died or is unreachable, or its vLLM core died: not the request's fault."""
+    from ray.exceptions import RayActorError
+
+    return isinstance(exc, RayActorError | EngineGone)
+
+
+def lookup_engine(name: str) -> Any:
+    """The actor now registered under `name` (a replacement, once the supervisor has made it), or None."""
+    import ray
+
+    from pipelines.runtime import NAMESPACE
+
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:  # between the old actor's removal and its replacement's creation
+        return None

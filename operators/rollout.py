@@ -38,6 +38,7 @@ class RolloutOperator:
         batch_timeout: float | None = None,
         gate_name: str | None = None,
         sink_root: str | None = None,
+        restart_timeout: float = 600.0,
     ):
         import ray
 
@@ -46,7 +47,7 @@ class RolloutOperator:
 
         for plugin_dir in plugin_dirs:  # users' workflows must be registered in this worker too
             load_plugins(Path(plugin_dir))
-        clients = [EngineClient(ray.get_actor(name, namespace=NAMESPACE), name=name) for name in engine_names]
+        clients = [EngineClient.named(name, restart_timeout) for name in engine_names]
         self._setup(clients, max_timeout, max_retry_times, max_repeat_times_per_runner, batch_timeout)
         if gate_name is not None:
             self.gate = GateClient(ray.get_actor(gate_name, namespace=NAMESPACE))

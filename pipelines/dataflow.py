@@ -34,6 +34,7 @@ def rollout(
             "batch_timeout": explorer.batch_timeout,
             "gate_name": gate_name,
             "sink_root": None if sink_root is None else str(sink_root),
+            "restart_timeout": explorer.engine_restart_timeout,
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",

@@ -78,21 +78,23 @@ def engine_runtime_env() -> dict[str, Any]:
 
 def launch_engines(cfg: Config, run_name: str) -> EngineSet:
     """Create the named, long-lived engine actors; they load the model in the background."""
+    check_model_dir(cfg.model.model_path)
+    names = [f"{run_name}/engine-{i}" for i in range(cfg.explorer.rollout_model.engine_num)]
+    return EngineSet(names, [launch_engine(cfg, name) for name in names])
+
+
+def launch_engine(cfg: Config, name: str, closed: bool = False) -> Any:
+    """One engine actor called `name` on the base model; `closed` holds its requests until its first load
+    (a replacement must be put on the run's current version before it serves anything)."""
     import ray
 
     from operators.engine import VLLMEngine
 
-    check_model_dir(cfg.model.model_path)
     rollout = cfg.explorer.rollout_model.model_copy(update={"device": resolve_device(cfg)})
     gpus = rollout.tensor_parallel_size if rollout.device == "gpu" else 0
-    actor = ray.remote(VLLMEngine)
-    names = [f"{run_name}/engine-{i}" for i in range(rollout.engine_num)]
     options = {"num_cpus": rollout.engine_cpus, "num_gpus": gpus, "runtime_env": engine_runtime_env()}
-    handles = [
-        actor.options(name=name, **options).remote(str(cfg.model.model_path), rollout.model_dump(mode="json"))
-        for name in names
-    ]
-    return EngineSet(names, handles)
+    actor = ray.remote(VLLMEngine).options(name=name, **options)
+    return actor.remote(str(cfg.model.model_path), rollout.model_dump(mode="json"), 0, closed)
 
 
 def wait_engines(engines: EngineSet) -> None:

@@ -89,7 +89,7 @@ class CheckpointSource:
         """The newest whole checkpoint's version (a corrupt one must not make every experience look stale)."""
         for step, path in reversed(find_checkpoints(self.directory)):
             try:
-                check_checkpoint(path, self.expected)
+                check_checkpoint(path, self.expected, root=self.directory)
             except CheckpointError:
                 continue
             return step
@@ -102,7 +102,7 @@ class CheckpointSource:
             newer = [(step, path) for step, path in find_checkpoints(self.directory) if step > current]
             if newer:
                 step, path = newer[-1]
-                check_checkpoint(path, self.expected)
+                check_checkpoint(path, self.expected, root=self.directory)
                 return Update(step, self.kind, path=path)
             if read_trainer_status(self.trainer_status).state == "stopped" or time.monotonic() >= deadline:
                 return None
@@ -145,6 +145,7 @@ class WeightSyncer:
     handles: list[Any]
     timeout: float
     on_disk: tuple[int, Path] | None = None
+    in_memory: tuple[int, Any] | None = None
     group: dict[str, Any] | None = field(default=None)
 
     def sync(self, current: int) -> SyncOutcome:
@@ -161,10 +162,9 @@ class WeightSyncer:
         if errors:
             self._roll_back(current, reports, errors)
             return self._outcome(current, False, "; ".join(errors), started, waited)
-        if update.kind == "checkpoint":
-            self.on_disk = (update.version, update.path)
-        else:
-            self.on_disk = None
+        self.on_disk = (update.version, update.path) if update.kind == "checkpoint" else None
+        # A memory version's ref is kept (the hub lets go of it) so that a replacement engine can load it.
+        self.in_memory = (update.version, update.state) if update.kind == "memory" else None
         if update.kind == "memory":
             self.source.hub.forget_state.remote(update.version)
         outcome = self._outcome(update.version, True, "", started, waited)

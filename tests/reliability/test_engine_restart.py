@@ -1,0 +1,127 @@
+"""Engine self-healing on the real stack: an engine actor killed mid-step is replaced on the current version.
+
+The run syncs to checkpoint version 5 after step 1, then a test double of a workflow SIGKILLs the engine's
+process while its own request is in flight in step 3 (an engine dying at a chosen moment is a fault real parts
+cannot show on demand). The supervisor must notice, start a replacement under the same name, load version 5
+into it (not the base weights), and the lost request must be sent again, so the run completes with every
+experience exactly once and no failed task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import ray
+import torch
+from mlflow import MlflowClient
+from safetensors.torch import load_file
+
+from operators.checkpoints import write_checkpoint
+from operators.proc_stats import open_files_under, process_tree
+from pipelines.explorer import Explorer
+from schemas.config import DEFAULT_MODEL, load_config
+
+STEPS, BATCH, REPEAT, VERSION, KILL_STEP = 4, 4, 2, 5, 3
+NORM = "model.norm.weight"
+
+KILLER = """
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from operators.engine_client import lookup_engine
+from operators.workflows.math import MathWorkflow
+from operators.workflows.registry import register_workflow
+
+
+@register_workflow("double_engine_killer")
+class EngineKillerDouble(MathWorkflow):
+    \"\"\"Test double: the real math workflow, except that once, at a chosen step, it SIGKILLs its engine's
+    process while its own request is in flight.\"\"\"
+
+    async def run(self, task, engine, run_id_base=0, *, repeat_times=None):
+        marker = Path(task.workflow_args["marker"])
+        if task.step != task.workflow_args["kill_step"] or marker.exists():
+            return await super().run(task, engine, run_id_base, repeat_times=repeat_times)
+        marker.write_text(task.task_uid)
+        pid = (await lookup_engine(engine.name).ready.remote())["pid"]
+        request = asyncio.ensure_future(super().run(task, engine, run_id_base, repeat_times=repeat_times))
+        await asyncio.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        return await request
+"""
+
+
+def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_completes(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "killer.py").write_text(KILLER)
+    checkpoints = tmp_path / "checkpoints"
+    base = load_file(str(DEFAULT_MODEL / "model.safetensors"))
+    state = {**base, NORM: base[NORM] * 1.5}  # a version the base weights cannot be mistaken for
+    write_checkpoint(checkpoints, VERSION, state, DEFAULT_MODEL)
+    (checkpoints / "trainer_status.json").write_text(f'{{"state": "stopped", "version": {VERSION}}}')
+    marker = tmp_path / "killed"
+    cfg = load_config(
+        None,
+        [
+            f"buffer.total_steps={STEPS}",
+            f"buffer.batch_size={BATCH}",
+            f"buffer.explorer_input.taskset.repeat_times={REPEAT}",
+            "buffer.explorer_input.taskset.rollout_args.max_tokens=32",
+            "buffer.explorer_input.taskset.default_workflow_type=double_engine_killer",
+            "synchronizer.sync_method=checkpoint",
+            f"synchronizer.checkpoint_dir={checkpoints}",
+            "explorer.health_check_interval=1",
+            "ray.num_cpus=4",
+        ],
+    )
+    cfg.buffer.explorer_input.taskset.workflow_args = {"marker": str(marker), "kill_step": KILL_STEP}
+    cfg.plugin_dirs = [plugins]
+    explorer = Explorer(cfg, tmp_path / "run", progress=False)
+
+    async def run() -> tuple[torch.Tensor, list[int]]:
+        try:
+            await explorer.explore()
+            pids = ray.get([h.ready.remote() for h in explorer.engines.handles])
+            engine_processes = [p for ready in pids for p in process_tree(ready["pid"])]
+            return await explorer.get_weight(NORM), engine_processes  # read back from the replacement
+        finally:
+            await explorer.shutdown()
+
+    held, engine_processes = asyncio.run(run())
+    assert len(engine_processes) >= 2  # the actor and its vLLM core
+    assert_nothing_left(explorer, engine_processes)
+    assert marker.exists()  # the engine really was killed, in step 3
+    assert explorer.supervisor.total_restarts == 1
+    assert torch.equal(held, state[NORM].to(held.dtype))  # in the engine's dtype
+    assert not torch.equal(held, base[NORM].to(held.dtype))
+    table = pq.read_table(explorer.run_dir / "experiences")
+    keys = list(zip(table.column("task_uid").to_pylist(), table.column("run_id").to_pylist(), strict=True))
+    assert len(keys) == len(set(keys)) == STEPS * BATCH * REPEAT  # nothing lost, nothing twice
+    assert explorer.totals["failed"] == 0  # the lost request was sent again, not failed
+    later = table.filter(pc.greater_equal(table.column("step"), 2))
+    assert set(later.column("model_version").to_pylist()) == {VERSION}  # the replacement ran version 5
+
+    client = MlflowClient(explorer.tracking_uri)
+    history = client.get_metric_history(explorer.monitor.run_id, "engine/restarts")
+    restarts = {m.step: m.value for m in history}
+    assert sorted(restarts) == list(range(1, STEPS + 1))
+    assert restarts[KILL_STEP - 1] == 0 and restarts[STEPS] == 1
+
+
+def assert_nothing_left(explorer: Explorer, engine_processes: list[int]) -> None:
+    """After shutdown: none of the run's actors alive, no engine process, no run-directory file held open."""
+    deadline = time.monotonic() + 60  # killed actors' processes take a moment to exit
+    while any(Path(f"/proc/{pid}").exists() for pid in engine_processes) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert [pid for pid in engine_processes if Path(f"/proc/{pid}").exists()] == []
+    alive = [a for a in ray._private.state.actors().values() if a["State"] == "ALIVE"]  # GCS's own list
+    mine = [a["Name"] for a in alive if a["Name"].startswith(f"{explorer.name}/")]
+    assert mine == [] and not [a for a in alive if a["ActorClassName"].startswith("MapWorker")]
+    assert open_files_under(explorer.run_dir) == []

@@ -1,0 +1,153 @@
+"""Self-healing mechanics on real Ray, with engine doubles in place of vLLM engines.
+
+`EngineDouble` is a test double: an actor with the engine's interface whose vLLM core can be declared dead on
+demand, a fault real engines cannot show when asked. The real thing, a vLLM engine killed mid-step, is in
+test_engine_restart.py; these tests show the decisions around it quickly: what a client does with a call in
+flight on a lost engine, when the supervisor replaces an engine, on which version, and when it gives up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+
+from operators.engine import EngineGone
+from operators.engine_client import EngineClient
+from pipelines.engine_supervisor import EngineLost, EngineSupervisor, Restore
+from pipelines.runtime import EngineSet, init_ray
+from schemas.config import RayConfig, load_config
+
+
+class EngineDouble:
+    """Test double of an engine actor: generates after a delay; after `kill_core` it fails as a dead core."""
+
+    def __init__(self, version: int = 0, closed: bool = False):
+        self.version, self.core_dead, self.loads = version, False, []
+        self.open = asyncio.Event()
+        if not closed:
+            self.open.set()
+
+    def ready(self) -> dict:
+        return {"pid": os.getpid(), "model_version": self.version}
+
+    def health(self) -> dict:
+        if self.core_dead:
+            raise EngineGone("vLLM engine core died")
+        return {"model_version": self.version}
+
+    def kill_core(self) -> None:
+        self.core_dead = True
+
+    async def generate(self, prompt, sampling) -> dict:
+        await self.open.wait()
+        if self.core_dead:
+            raise EngineGone("vLLM engine core died")
+        await asyncio.sleep(sampling.get("delay", 0.0))
+        return {"prompt_ids": [1], "prompt_text": str(prompt), "model_version": self.version, "samples": []}
+
+    async def load_checkpoint(self, path: str, version: int, timeout: float | None = None) -> dict:
+        self.version = version
+        self.loads.append(path)
+        self.open.set()
+        return {"version": version, "bytes": 0, "pause_s": 0.0, "load_s": 0.0}
+
+    def loaded(self) -> list[str]:
+        return self.loads
+
+
+# Ray workers cannot import this test module, so the double travels by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+Double = ray.remote(EngineDouble)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    init_ray(RayConfig(num_cpus=4))
+
+
+def supervisor(name: str, restore: Restore, **settings) -> EngineSupervisor:
+    overrides = [f"explorer.{k}={v}" for k, v in settings.items()]
+    cfg = load_config(None, ["explorer.health_check_timeout=10", *overrides])
+    engines = EngineSet([name], [Double.options(name=name).remote()])
+
+    def launch(engine_name: str, closed: bool):
+        return Double.options(name=engine_name).remote(closed=closed)
+
+    return EngineSupervisor(cfg, engines, lambda: restore, say=lambda line: None, launch=launch)
+
+
+def test_a_call_in_flight_on_a_killed_engine_is_sent_again_to_its_replacement():
+    name = "double/engine-redispatch"
+    first = Double.options(name=name).remote(version=1)
+    client = EngineClient.named(name, restart_timeout=60)
+
+    async def scenario() -> int:
+        call = asyncio.ensure_future(client.generate("p", {"delay": 5.0}))
+        await asyncio.sleep(0.5)  # the request is in flight on `first`
+        ray.kill(first, no_restart=True)
+        await asyncio.sleep(1.5)  # the client keeps retrying meanwhile
+        replacement = Double.options(name=name).remote(version=7)  # the supervisor's part, done by hand
+        version = (await call).model_version
+        ray.kill(replacement)
+        return version
+
+    assert asyncio.run(scenario()) == 7
+
+
+@pytest.mark.parametrize(
+    ("restart_timeout", "absent_s", "message"),
+    [
+        (2, 15.0, "did not come back within 2s"),  # the replacement is overdue
+        (600, 1.0, "the engines were stopped"),  # no actor has the name at all: shutdown, not a restart
+    ],
+)
+def test_a_client_gives_up_when_no_replacement_comes(monkeypatch, restart_timeout, absent_s, message):
+    import operators.engine_client as engine_client
+
+    monkeypatch.setattr(engine_client, "ABSENT_S", absent_s)
+    name = f"double/engine-abandoned-{restart_timeout}"
+    lost = Double.options(name=name).remote()
+    client = EngineClient.named(name, restart_timeout=restart_timeout)
+    ray.get(lost.ready.remote())
+    ray.kill(lost, no_restart=True)
+    with pytest.raises(EngineGone, match=message):
+        asyncio.run(client.generate("p", {}))
+
+
+def test_a_dead_core_is_replaced_and_the_replacement_loads_the_current_version():
+    watcher = supervisor("double/engine-core", Restore(3, path=Path("/ckpt/global_step_3")))
+    assert watcher.check() == []  # healthy: nothing to do
+    ray.get(watcher.engines.handles[0].kill_core.remote())
+    assert watcher.check() == [0]
+    replacement = watcher.engines.handles[0]
+    assert ray.get(replacement.ready.remote())["model_version"] == 3
+    assert ray.get(replacement.loaded.remote()) == ["/ckpt/global_step_3"]
+    assert watcher.total_restarts == 1 and watcher.check() == []
+
+
+def test_restarts_are_bounded():
+    watcher = supervisor("double/engine-bounded", Restore(0), max_engine_restarts=1)
+    ray.get(watcher.engines.handles[0].kill_core.remote())
+    assert watcher.check() == [0]
+    ray.get(watcher.engines.handles[0].kill_core.remote())
+    with pytest.raises(EngineLost, match="after 1 restarts; giving up"):
+        watcher.check()
+
+
+def test_a_version_with_nothing_to_reload_from_stops_rather_than_serving_the_base():
+    watcher = supervisor("double/engine-unrestorable", Restore(0))
+
+    def nothing_to_reload() -> Restore:
+        raise EngineLost("version 4 came by broadcast")
+
+    watcher.restore = nothing_to_reload
+    original = watcher.engines.handles[0]
+    ray.get(original.kill_core.remote())
+    with pytest.raises(EngineLost, match="broadcast"):
+        watcher.check()
+    assert watcher.engines.handles[0] is original  # not swapped for an engine on the wrong weights
