@@ -98,14 +98,23 @@ def parse_header(path: Path) -> tuple[TensorMetaMap, int]:
 
 
 def weight_files(directory: Path) -> list[Path]:
-    """The safetensors files of a model directory, including every shard its index names."""
+    """The safetensors files of a model directory, including every shard its index names.
+
+    A shard is named relative to the directory: an index naming `../x.safetensors` or an absolute path would
+    have every engine read a file the checkpoint does not hold.
+    """
     directory = Path(directory)
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         try:
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError) as exc:
-            raise CheckpointError(f"{index}: unreadable index ({exc})") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"{index}: unreadable index ({type(exc).__name__}: {exc})") from None
+        outside = [
+            s for s in shards if not isinstance(s, str) or Path(s).is_absolute() or ".." in Path(s).parts
+        ]
+        if outside:
+            raise CheckpointError(f"{index}: names shards outside {directory}: {outside[:3]}; refusing it")
         missing = [s for s in shards if not (directory / s).is_file()]
         if missing:
             raise CheckpointError(f"{directory}: shards named in the index are missing: {missing}")
@@ -125,14 +134,22 @@ def tensor_meta(directory: Path) -> TensorMetaMap:
     return meta
 
 
-def check_checkpoint(directory: Path, expected: TensorMetaMap) -> int:
-    """Raise CheckpointError unless `directory` holds exactly `expected`, whole; returns its weight bytes."""
+def check_checkpoint(directory: Path, expected: TensorMetaMap, root: Path | None = None) -> int:
+    """Raise CheckpointError unless `directory` holds exactly `expected`, whole; returns its weight bytes.
+
+    `root`: the checkpoint dir it was found in (not a path a user named). The directory and its weight files
+    must then resolve inside it, so a `global_step_N` symlinked elsewhere cannot load weights from elsewhere.
+    """
     directory = Path(directory)
+    if root is not None:
+        check_inside(directory, root)
     if not (directory / "config.json").is_file():
         raise CheckpointError(f"{directory}: no config.json (not a Hugging Face model directory)")
     found: TensorMetaMap = {}
     total = 0
     for path in weight_files(directory):
+        if root is not None:
+            check_inside(path, root)
         meta, length = read_header(path)
         size = file_size(path)
         if size < length:
@@ -152,6 +169,14 @@ def check_checkpoint(directory: Path, expected: TensorMetaMap) -> int:
                 f"{directory}: tensor '{name}' is {got_dtype}{got_shape}, the model needs {dtype}{shape}"
             )
     return total
+
+
+def check_inside(path: Path, root: Path) -> None:
+    resolved, inside = Path(path).resolve(), Path(root).resolve()
+    if not resolved.is_relative_to(inside):
+        raise CheckpointError(
+            f"{path}: resolves to {resolved}, outside the checkpoint dir {inside}; refusing it"
+        )
 
 
 def file_size(path: Path) -> int:

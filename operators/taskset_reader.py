@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,7 +22,10 @@ from schemas.errors import InputError
 from schemas.task import ROLE_NAMES, TASK_SCHEMA, Task, make_task_uid
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
-BLOCK_ROWS = 1024
+BLOCK_ROWS = 1024  # rows per block at most, whatever the step size
+BLOCK_CHARS = 32 << 20  # and characters of prompt/answer text at most
+SKIP_CHUNK = 1 << 18  # how much of an over-long line is read at a time while reading past it
+SKIP_MESSAGES = 3  # reasons kept for the report; the rest are only counted
 
 
 def list_files(path: Path) -> list[Path]:
@@ -41,25 +45,29 @@ def list_files(path: Path) -> list[Path]:
     return [path]
 
 
-def iter_raw_rows(file: Path, skip_bad: bool = False) -> Iterator[tuple[int, dict[str, Any] | InputError]]:
+def iter_raw_rows(
+    file: Path, max_row_bytes: int, skip_bad: bool = False
+) -> Iterator[tuple[int, dict[str, Any] | InputError]]:
     """(row number, record) pairs; jsonl rows are numbered by line (1-based), Parquet rows from 1.
 
-    A line that is not a JSON object raises, or with `skip_bad` comes out as its InputError in place of a
-    record, so the caller can count it and go on.
+    A line that is not a JSON object, or is longer than `max_row_bytes`, raises, or with `skip_bad` comes out
+    as its InputError in place of a record, so the caller can count it and go on. No more than
+    `max_row_bytes` of a line is ever held: a longer one is read past in bounded chunks.
     """
     if file.suffix == ".parquet":
-        number = 0
-        try:
-            parquet = pq.ParquetFile(file)
-        except (OSError, pa.ArrowException) as exc:
-            raise InputError(f"not a readable Parquet file: {exc}", file=str(file)) from None
-        for batch in parquet.iter_batches(batch_size=BLOCK_ROWS):
-            for record in batch.to_pylist():
-                number += 1
-                yield number, record
+        yield from enumerate(iter_parquet_records(file), start=1)
         return
     with open(file, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        number = 0
+        while raw := handle.readline(max_row_bytes + 1):
+            number += 1
+            if len(raw) > max_row_bytes and not raw.endswith(b"\n"):
+                size = read_past_line(handle, len(raw)) if skip_bad else None
+                error = overlong_line(file, number, max_row_bytes, size)
+                if not skip_bad:
+                    raise error
+                yield number, error
+                continue
             if not raw.strip():
                 continue
             try:
@@ -70,20 +78,64 @@ def iter_raw_rows(file: Path, skip_bad: bool = False) -> Iterator[tuple[int, dic
                 yield number, error
 
 
+def iter_parquet_records(file: Path) -> Iterator[dict[str, Any]]:
+    try:
+        parquet = pq.ParquetFile(file)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"not a readable Parquet file: {exc}", file=str(file)) from None
+    for batch in parquet.iter_batches(batch_size=BLOCK_ROWS):
+        yield from batch.to_pylist()
+
+
+def read_past_line(handle: BinaryIO, read: int) -> int:
+    """Read past the rest of an over-long line a chunk at a time; returns its length without the newline."""
+    while chunk := handle.readline(SKIP_CHUNK):
+        read += len(chunk)
+        if chunk.endswith(b"\n"):
+            return read - 1
+    return read
+
+
+def overlong_line(file: Path, number: int, limit: int, size: int | None) -> InputError:
+    """`size` is known when the line was read to its end (to skip it); refusing at once needs no more."""
+    length = f"{size} bytes, more than" if size is not None else "longer than"
+    return InputError(
+        f"line is {length} max_row_bytes={limit} (raise the limit, or split the row)",
+        file=str(file),
+        row=number,
+    )
+
+
 def parse_line(raw: bytes, file: Path, number: int) -> dict[str, Any]:
     try:
-        record = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
+        text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
     except UnicodeDecodeError as exc:
+        utf16 = number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff")
+        hint = " (the file starts with a UTF-16 byte-order mark: save it as UTF-8)" if utf16 else ""
         raise InputError(
-            f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(file), row=number
+            f"not UTF-8 text ({exc.reason} at byte {exc.start}){hint}", file=str(file), row=number
         ) from None
+    try:
+        record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"not valid JSON: {exc.msg} (column {exc.colno})", file=str(file), row=number
         ) from None
+    except RecursionError:
+        raise InputError("not readable JSON: nested too deeply", file=str(file), row=number) from None
+    except ValueError as exc:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise InputError(f"not readable JSON: {exc}", file=str(file), row=number) from None
     if not isinstance(record, dict):
-        raise InputError(f"expected a JSON object, got {type(record).__name__}", file=str(file), row=number)
+        raise InputError(f"expected a JSON object, got {json_type(record)}", file=str(file), row=number)
     return record
+
+
+JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (Parquet's others keep their Python names)."""
+    return "null" if value is None else JSON_TYPES.get(type(value), type(value).__name__)
 
 
 def extract_fields(
@@ -95,6 +147,10 @@ def extract_fields(
     def fail(message: str, field: str) -> InputError:
         return InputError(message, file=str(file), row=row, field=field)
 
+    def check_text(texts: list[str], field: str) -> None:
+        if problem := text_problem(texts, cfg.max_row_bytes):
+            raise fail(problem, field)
+
     prompt = messages = None
     if fmt.messages_key:
         messages = record.get(fmt.messages_key)
@@ -105,20 +161,39 @@ def extract_fields(
             if not ok or not isinstance(message.get("content"), str):
                 raise fail(f"message {i} needs a role in {ROLE_NAMES} and string content", fmt.messages_key)
         messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+        check_text([m["content"] for m in messages], fmt.messages_key)
     else:
         prompt = record.get(fmt.prompt_key)
         if prompt is None:
             raise fail("missing", fmt.prompt_key)
         if not isinstance(prompt, str) or not prompt.strip():
             raise fail(f"expected a non-empty string, got {prompt!r:.60}", fmt.prompt_key)
+        check_text([prompt], fmt.prompt_key)
     truth = record.get(fmt.response_key)
     if truth is None:
         raise fail("missing", fmt.response_key)
     if isinstance(truth, bool) or not isinstance(truth, str | int | float):
-        raise fail(f"expected a string or number, got {type(truth).__name__}", fmt.response_key)
+        raise fail(f"expected a string or number, got {json_type(truth)}", fmt.response_key)
     if isinstance(truth, float) and not math.isfinite(truth):
         raise fail(f"expected a finite number, got {truth}", fmt.response_key)
-    return prompt, messages, str(truth)
+    truth = str(truth)
+    check_text([truth], fmt.response_key)
+    return prompt, messages, truth
+
+
+def text_problem(texts: list[str], limit: int) -> str | None:
+    """What keeps these texts out of a task, if anything: Arrow cannot hold a lone surrogate (valid JSON:
+    "\\ud800"), and a Parquet cell, unlike a jsonl line, has no line length to bound it."""
+    size = 0
+    for text in texts:
+        if text.isascii():  # a flag CPython keeps: one byte a character, and no surrogates
+            size += len(text)
+            continue
+        try:
+            size += len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            return f"not valid Unicode ({exc.reason})"
+    return f"{size} bytes of text, more than max_row_bytes={limit}" if size > limit else None
 
 
 @dataclass(frozen=True)
@@ -129,15 +204,16 @@ class TasksetPlan:
     batch_size: int
     total_epochs: int
     total_steps: int | None
-    skipped: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (path, bad row numbers) with on_bad_row: skip
+    # (path, ascending bad row numbers) with on_bad_row: skip; 8 bytes a row, so a million cost 8 MB, not 36
+    skipped: tuple[tuple[str, Sequence[int]], ...] = ()
     skip_messages: tuple[str, ...] = ()  # the first few reasons, for the report
 
     @property
     def skipped_rows(self) -> int:
         return sum(len(rows) for _, rows in self.skipped)
 
-    def skipped_in(self, file: str) -> frozenset[int]:
-        return frozenset(dict(self.skipped).get(file, ()))
+    def skipped_in(self, file: str) -> Sequence[int]:
+        return dict(self.skipped).get(file, ())
 
     @property
     def rows(self) -> int:
@@ -167,8 +243,10 @@ def plan_taskset(
     skip = cfg.on_bad_row == "skip"
     counted, skipped, messages = [], [], []
     for file in list_files(cfg.path):
-        n, bad = 0, []
-        for row, record in iter_raw_rows(file, skip_bad=skip):
+        if file.suffix == ".parquet" and not skip:
+            check_columns(file, cfg)
+        n, bad = 0, array("q")
+        for row, record in iter_raw_rows(file, cfg.max_row_bytes, skip_bad=skip):
             try:
                 if isinstance(record, InputError):
                     raise record
@@ -177,18 +255,30 @@ def plan_taskset(
                 if not skip:
                     raise
                 bad.append(row)
-                messages.append(str(error))
+                if len(messages) < SKIP_MESSAGES:
+                    messages.append(str(error))
                 continue
             n += 1
         counted.append((str(file), n))
         if bad:
-            skipped.append((str(file), tuple(bad)))
+            skipped.append((str(file), bad))
     if not any(n for _, n in counted):
-        more = f" usable rows ({len(messages)} bad ones skipped, e.g. {messages[0]})" if messages else " rows"
+        bad_rows = sum(len(rows) for _, rows in skipped)
+        more = f" usable rows ({bad_rows} bad ones skipped, e.g. {messages[0]})" if messages else " rows"
         raise InputError(f"the taskset has no{more}", file=str(cfg.path))
-    return TasksetPlan(
-        tuple(counted), batch_size, total_epochs, total_steps, tuple(skipped), tuple(messages[:3])
-    )
+    return TasksetPlan(tuple(counted), batch_size, total_epochs, total_steps, tuple(skipped), tuple(messages))
+
+
+def check_columns(file: Path, cfg: TasksetConfig) -> None:
+    """A Parquet file without a needed column fails once, naming it, rather than at each of its rows."""
+    fmt = cfg.format
+    try:
+        names = pq.read_schema(file).names
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"not a readable Parquet file: {exc}", file=str(file)) from None
+    for key in (fmt.messages_key or fmt.prompt_key, fmt.response_key):
+        if key not in names:
+            raise InputError(f"no such column (it has: {', '.join(names)})", file=str(file), field=key)
 
 
 def iter_task_tables(
@@ -205,11 +295,14 @@ def iter_task_tables(
     """Task rows of one (file, epoch), cut at step boundaries so each block belongs to a single step.
 
     Steps before `first_step` (already committed, on resume) are skipped. Eval tasks carry `step_label`, the
-    explore step they evaluate, instead of a step of their own.
+    explore step they evaluate, instead of a step of their own. Rows go to Arrow a chunk at a time (at most
+    BLOCK_ROWS rows and BLOCK_CHARS characters of text), sliced at steps: converting each small step on its
+    own took longer than parsing the file.
     """
     file, _ = plan.files[file_index]
-    offset = sum(n for _, n in plan.files[:file_index])
+    index = sum(n for _, n in plan.files[:file_index])
     first_position = (first_step - 1) * plan.batch_size
+    epoch_start, total_tasks = epoch * plan.rows, plan.total_tasks
     shared = {
         "taskset": cfg.name,
         "workflow": workflow or cfg.default_workflow_type or "math",
@@ -220,31 +313,45 @@ def iter_task_tables(
         "reward_fn_args": cfg.reward_fn_args,
         "is_eval": is_eval,
     }
-    pending: list[dict[str, Any]] = []
-    index = offset
-    bad = plan.skipped_in(file)
-    for row, record in iter_raw_rows(Path(file), skip_bad=bool(bad)):
-        if row in bad:
+    # Every row shares these columns: encoded once (Task.to_row's JSON), not once a row.
+    template = Task("", epoch=epoch, index=0, step=0, prompt="", truth="", **shared).to_row()
+    path = Path(file)
+    bad = iter(plan.skipped_in(file))  # ascending, like the rows
+    next_bad = next(bad, None)
+    chunk: list[dict[str, Any]] = []
+    chars = 0
+    for row, record in iter_raw_rows(path, cfg.max_row_bytes, skip_bad=next_bad is not None):
+        if row == next_bad:
+            next_bad = next(bad, None)
             continue
-        position = epoch * plan.rows + index
-        if position >= plan.total_tasks:
+        if isinstance(record, InputError):  # bad now but not when planned: the file has changed
+            raise record
+        position = epoch_start + index
+        if position >= total_tasks:
             break
-        if position < first_position:
-            index += 1
-            continue
-        prompt, messages, truth = extract_fields(record, cfg, Path(file), row)
-        step = position // plan.batch_size + 1 if step_label is None else step_label
-        if pending and pending[-1]["step"] != step:
-            yield pa.Table.from_pylist(pending, schema=TASK_SCHEMA)
-            pending = []
-        uid = make_task_uid(cfg.name, epoch, index)
-        task = Task(
-            uid, epoch=epoch, index=index, step=step, prompt=prompt, messages=messages, truth=truth, **shared
-        )
-        pending.append(task.to_row())
+        if position >= first_position:
+            prompt, messages, truth = extract_fields(record, cfg, path, row)
+            step = position // plan.batch_size + 1 if step_label is None else step_label
+            task = dict(template, task_uid=make_task_uid(cfg.name, epoch, index), index=index, step=step)
+            task.update(prompt=prompt, messages=messages, truth=truth)
+            chunk.append(task)
+            chars += len(prompt or "") + len(truth) + sum(len(m["content"]) for m in messages or ())
+            if len(chunk) == BLOCK_ROWS or chars >= BLOCK_CHARS:
+                yield from cut_at_steps(chunk)
+                chunk, chars = [], 0
         index += 1
-    if pending:
-        yield pa.Table.from_pylist(pending, schema=TASK_SCHEMA)
+    if chunk:
+        yield from cut_at_steps(chunk)
+
+
+def cut_at_steps(chunk: list[dict[str, Any]]) -> Iterator[pa.Table]:
+    """The chunk as one table, yielded as slices (no copies) of one step each; steps ascend within a chunk."""
+    table = pa.Table.from_pylist(chunk, schema=TASK_SCHEMA)
+    start = 0
+    for end in range(1, len(chunk) + 1):
+        if end == len(chunk) or chunk[end]["step"] != chunk[start]["step"]:
+            yield table.slice(start, end - start)
+            start = end
 
 
 def read_units(plan: TasksetPlan, first_step: int = 1) -> list[tuple[int, int]]:

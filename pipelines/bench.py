@@ -74,6 +74,7 @@ class Candidate:
     path: Path
     step: int
     is_base: bool = False
+    root: Path | None = None  # the --checkpoint-dir it was found in; a path the user named has none
 
     @property
     def label(self) -> str:
@@ -102,7 +103,10 @@ def select_candidates(
     for position, path in enumerate(checkpoints, start=1):
         found.append(Candidate(Path(path), checkpoint_step(Path(path), position)))
     if checkpoint_dir is not None:
-        found.extend(Candidate(path, step) for step, path in find_checkpoints(checkpoint_dir))
+        found.extend(
+            Candidate(path, step, root=Path(checkpoint_dir))
+            for step, path in find_checkpoints(checkpoint_dir)
+        )
     seen: set[str] = set()
     unique = []
     for candidate in sorted(found, key=lambda c: c.step):  # stable: ties keep the order given
@@ -183,7 +187,7 @@ def check_candidate(candidate: Candidate, expected: TensorMetaMap, base: Path) -
         raise CheckpointError(f"{path}: not found")
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a directory")
-    check_checkpoint(path, expected)  # config.json, whole files, exactly the model's tensors
+    check_checkpoint(path, expected, root=candidate.root)  # config.json, whole files, the model's tensors
     check_architecture(path, base)
 
 

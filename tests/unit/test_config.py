@@ -161,3 +161,31 @@ def test_flatten_gives_dotted_string_values():
     assert flat["model.model_path"] == str(DEFAULT_MODEL)
     assert all(isinstance(v, str) for v in flat.values())
     assert not any(isinstance(v, dict) for v in flat.values())
+
+
+EXPERIENCE_BUFFER = "buffer.trainer_input.experience_buffer"
+
+
+def test_experience_buffer_defaults_to_parquet_without_a_queue():
+    buffer = load_config().buffer.trainer_input.experience_buffer
+    assert (buffer.storage_type, buffer.path, buffer.name) == ("parquet", None, None)
+    assert buffer.queue_capacity is None and buffer.queue_timeout == 600
+    sql = load_config(
+        None, [f"{EXPERIENCE_BUFFER}.storage_type=sql", f"{EXPERIENCE_BUFFER}.queue_capacity=2"]
+    )
+    assert sql.buffer.trainer_input.experience_buffer.queue_capacity == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        (["path=sqlite:////x.db"], EXPERIENCE_BUFFER, "path and name are for storage_type sql"),
+        (["storage_type=sql", "name=my-run"], f"{EXPERIENCE_BUFFER}.name", "should match pattern"),
+        (["storage_type=sql", f"name={'x' * 49}"], f"{EXPERIENCE_BUFFER}.name", "at most 48 characters"),
+        (["queue_capacity=0"], f"{EXPERIENCE_BUFFER}.queue_capacity", "greater than or equal to 1"),
+        (["storage_type=queue"], f"{EXPERIENCE_BUFFER}.storage_type", "'parquet' or 'sql'"),
+    ],
+)
+def test_bad_experience_buffer_settings_are_refused(overrides, field, fragment):
+    err = refused(None, [f"{EXPERIENCE_BUFFER}.{o}" for o in overrides])
+    assert err.field == field and fragment in str(err)

@@ -242,12 +242,12 @@ GOOD = json.dumps({"prompt": "p", "answer": "1"})
         ([GOOD, '{"answer": "1"}'], 2, "prompt", "missing"),
         ([GOOD, '{"prompt": "p"}'], 2, "answer", "missing"),
         ([GOOD, '{"prompt": "p", "answer": null}'], 2, "answer", "missing"),
-        ([GOOD, GOOD, "[1, 2]"], 3, None, "expected a JSON object, got list"),
-        (['"just a string"'], 1, None, "expected a JSON object, got str"),
+        ([GOOD, GOOD, "[1, 2]"], 3, None, "expected a JSON object, got array"),
+        (['"just a string"'], 1, None, "expected a JSON object, got string"),
         ([GOOD, '{"prompt": "   ", "answer": "1"}'], 2, "prompt", "non-empty string"),
         ([GOOD, '{"prompt": 5, "answer": "1"}'], 2, "prompt", "non-empty string"),
-        ([GOOD, '{"prompt": "p", "answer": true}'], 2, "answer", "string or number, got bool"),
-        ([GOOD, '{"prompt": "p", "answer": [1]}'], 2, "answer", "string or number, got list"),
+        ([GOOD, '{"prompt": "p", "answer": true}'], 2, "answer", "string or number, got boolean"),
+        ([GOOD, '{"prompt": "p", "answer": [1]}'], 2, "answer", "string or number, got array"),
     ],
     ids=[
         "malformed-json",
@@ -279,7 +279,7 @@ def test_parquet_rows_are_located(tmp_path):
     )
     assert_located(refused(config(path)), path, 2, "answer", "missing")
     no_column = write_parquet(tmp_path / "u.parquet", [{"prompt": "a"}])
-    assert_located(refused(config(no_column)), no_column, 1, "answer", "missing")
+    assert_located(refused(config(no_column)), no_column, None, "answer", "no such column (it has: prompt)")
 
 
 @pytest.mark.parametrize("lines", [[], ["", "  "]], ids=["empty", "blank-lines"])
@@ -380,7 +380,7 @@ def test_skip_leaves_bad_rows_out_counts_them_and_keeps_steps_full(write_jsonl, 
     cfg = config(path, on_bad_row="skip")
     plan = plan_for(cfg, batch_size=3)
     assert plan.rows == 6 and plan.skipped_rows == 4
-    assert plan.skipped == ((str(path), (2, 4, 6, 10)),)
+    assert [(file, list(rows)) for file, rows in plan.skipped] == [(str(path), [2, 4, 6, 10])]
     assert "not valid JSON" in plan.skip_messages[0] and f"{path}:2" in plan.skip_messages[0]
     blocks = read_all(cfg, plan)
     assert column(blocks, "truth") == [r["answer"] for r in rows]
