@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,11 +20,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, tensor_meta
-from operators.parquet_sink import ParquetSink
+from operators.experience_queue import QueueFeed, open_feed
+from operators.sinks import open_sink
 from operators.taskset_reader import TasksetPlan, plan_taskset
 from operators.workflow_runner import runs_per_task
 from pipelines.control import CommittedStep, StalenessBound, StepCommitter
-from pipelines.metrics import eval_metrics, experience_metrics, sample_table, step_metrics
+from pipelines.engine_supervisor import EngineLost, EngineSupervisor, Restore
+from pipelines.metrics import (
+    eval_metrics,
+    experience_metrics,
+    failure_table,
+    sample_table,
+    step_metrics,
+)
 from pipelines.monitor import MlflowMonitor, default_tracking_uri
 from pipelines.runtime import EngineSet, check_model_dir, init_ray, launch_engines, stop_engines, wait_engines
 from pipelines.state import ExplorerState
@@ -53,7 +62,8 @@ class Explorer:
         ).resolve()
         self.ray_address, self.verbose, self.progress = ray_address, verbose, progress
         self.tracking_uri = mlflow_uri or config.monitor.mlflow_uri or default_tracking_uri(self.run_dir)
-        self.sink = ParquetSink(self.run_dir / "experiences")
+        self.sink = open_sink(config.buffer.trainer_input.experience_buffer, self.run_dir)
+        self.feed: QueueFeed | None = None  # the experience queue, when buffer.trainer_input asks for one
         self.engines, self.owned = engines, None
         self.monitor: MlflowMonitor | None = None
         self.state = ExplorerState()
@@ -62,11 +72,13 @@ class Explorer:
         self.stream: Iterator[CommittedStep] | None = None
         self.evals = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rftflow-eval")
         self.pending_evals: list[Future] = []
+        self.logged_evals: set[int] = set()  # steps whose eval this run's MLflow run already holds
         self.started = time.monotonic()
         self.bar: Any = None
         self.gate: Any = None
         self.hub: Any = None
         self.syncer: WeightSyncer | None = None
+        self.supervisor: EngineSupervisor | None = None
         self.expected: TensorMetaMap = {}
 
     @property
@@ -102,14 +114,23 @@ class Explorer:
         if self.state.mlflow_run_id is None:
             self.monitor.log_params(flatten(cfg))
             self.state.mlflow_run_id = self.monitor.run_id
+            self.state.save(self.run_dir)  # at once: a crash from here on resumes this MLflow run
             self._write_config()
             self._report_skipped_rows()
         await asyncio.to_thread(wait_engines, self.engines)
         await asyncio.to_thread(self._open_weight_source)
+        self.supervisor = EngineSupervisor(cfg, self.engines, self._restore_point, self._say)
+        self.supervisor.start()
         self._relog_committed_steps()
+        self.feed = open_feed(cfg.buffer.trainer_input.experience_buffer, self.name, self.sink.describe())
+        self.sink.discard_pending()  # fragments of steps a crashed run never committed: those tasks run again
         self.state.save(self.run_dir)
-        if cfg.explorer.eval_on_startup and self.state.latest_step == 0:
-            self._start_eval(0)
+        self.logged_evals = self.monitor.logged_steps("eval/total_time")
+        for step in self._missed_evals():
+            self._start_eval(step)
+        if self.state.latest_step > 0:  # a crash may have come between a commit and its eval or sync
+            await asyncio.to_thread(self._publish)  # a queue-fed trainer needs the step for its version
+            await self._act_on_step(release=False)
         self._open_gate()
         self._open_stream()
 
@@ -119,6 +140,7 @@ class Explorer:
             await self.prepare()
         while await self.explore_step():
             pass
+        await asyncio.to_thread(self._close_feed, True)  # the trainer reads to the end of the stream
         await self._finish_evals(wait=True)
         self._close_bar()
         return self.name
@@ -130,21 +152,28 @@ class Explorer:
             return False
         self.state.latest_step = done.step
         self._log_step(done)
-        if self.need_eval():
-            self._start_eval(done.step)
-        if await self.need_sync():
-            await self.sync_weight()
-            self.state.last_sync_step = done.step
-            await asyncio.to_thread(self._release_period)
+        await asyncio.to_thread(self._publish, done)  # before a sync: the trainer may need this step first
+        await self._act_on_step()
         self.state.task_index = min(done.step * self.config.buffer.batch_size, self.plan.total_tasks)
         self.state.save(self.run_dir)
         await self._finish_evals(wait=False)
         return True
 
+    async def _act_on_step(self, release: bool = True) -> None:
+        """Start the eval and make the sync that fall due at the latest committed step, each at most once."""
+        if self.need_eval():
+            self._start_eval(self.state.latest_step)
+        if await self.need_sync() and self.state.last_sync_step < self.state.latest_step:
+            await self.sync_weight()
+            if release:
+                await asyncio.to_thread(self._release_period)
+
     async def shutdown(self) -> None:
         """Stop engines this explorer started, drop uncommitted fragments, close the MLflow run."""
         ok = self.plan is not None and self.state.latest_step >= self.plan.num_steps
         self.evals.shutdown(wait=False, cancel_futures=True)
+        if self.supervisor is not None:
+            self.supervisor.stop()
         stop_engines(self.owned)
         self.owned = None
         if self.gate is not None:
@@ -157,7 +186,9 @@ class Explorer:
 
             ray.kill(self.hub)
             self.hub = None
+        self._close_feed(drain=ok)  # a failed run's queue goes at once; its committed steps stay in the store
         self.sink.discard_pending()
+        self.sink.close()
         self._close_bar()
         if self.monitor is not None:
             self.monitor.close(ok)
@@ -181,9 +212,21 @@ class Explorer:
     # -- eval -------------------------------------------------------------------------------------------
 
     def need_eval(self) -> bool:
-        step = self.state.latest_step
-        interval = self.config.explorer.eval_interval
-        return bool(self.config.buffer.explorer_input.eval_tasksets) and step > 0 and step % interval == 0
+        return self.state.latest_step > 0 and self._eval_due(self.state.latest_step)
+
+    def _eval_due(self, step: int) -> bool:
+        explorer = self.config.explorer
+        due = explorer.eval_on_startup if step == 0 else step % explorer.eval_interval == 0
+        return bool(self.config.buffer.explorer_input.eval_tasksets) and due
+
+    def _missed_evals(self) -> list[int]:
+        """Evals due at committed steps that this run has not logged: a crash cut them short.
+
+        All of them come after the last sync (a sync waits for the running eval), so the engines still hold
+        the version they were due to measure.
+        """
+        steps = range(self.state.last_sync_step, self.state.latest_step + 1)
+        return [s for s in steps if self._eval_due(s) and s not in self.logged_evals]
 
     async def eval(self) -> dict[str, float]:
         """Evaluate every eval taskset now, at the current step, and log the metrics."""
@@ -193,7 +236,9 @@ class Explorer:
         return metrics
 
     def _start_eval(self, step: int) -> None:
-        if self.config.buffer.explorer_input.eval_tasksets:
+        """An eval of `step` in the background, unless one is running or logged (before a crash) already."""
+        running = any(future.step == step for future in self.pending_evals)  # type: ignore[attr-defined]
+        if self.config.buffer.explorer_input.eval_tasksets and step not in self.logged_evals and not running:
             future = self.evals.submit(self._run_eval, step)
             future.step = step  # type: ignore[attr-defined]
             self.pending_evals.append(future)
@@ -287,16 +332,39 @@ class Explorer:
             offer = await asyncio.to_thread(ray.get, self.hub.wait_offer.remote(sync.sync_timeout))
             if offer is not None:
                 await self.setup_weight_sync_group(offer["master_address"], offer["master_port"])
-        outcome = await asyncio.to_thread(self.syncer.sync, self.state.model_version)
+        outcome = await asyncio.to_thread(self._sync_engines)
+        self.state.last_sync_step = self.state.latest_step
+        self.state.save(self.run_dir)  # before the metrics: after a crash, a sync is never logged twice
         if not outcome.ok:
             self.state.sync_failures += 1
             self._say(
                 f"weight sync after step {self.state.latest_step} unsuccessful, "
                 f"exploring on with version {outcome.version}: {outcome.reason}"
             )
-        self.state.model_version = outcome.version
         self.monitor.log_metrics(outcome.metrics(self.state.sync_failures), self.state.latest_step)
         return outcome
+
+    def _sync_engines(self) -> SyncOutcome:
+        """The sync, with no engine being replaced meanwhile (a replacement must get the version in force)."""
+        with self.supervisor.lock:
+            outcome = self.syncer.sync(self.state.model_version)
+            self.state.model_version = outcome.version
+        return outcome
+
+    def _restore_point(self) -> Restore:
+        """Where a replacement engine gets the run's current version (called under the supervisor lock)."""
+        version = self.state.model_version
+        syncer = self.syncer
+        if version == 0:
+            return Restore(0)
+        if syncer is not None and syncer.on_disk is not None and syncer.on_disk[0] == version:
+            return Restore(version, path=syncer.on_disk[1])
+        if syncer is not None and syncer.in_memory is not None and syncer.in_memory[0] == version:
+            return Restore(version, state=syncer.in_memory[1])
+        raise EngineLost(
+            f"version {version} came by broadcast and cannot be loaded into a replacement engine; the run "
+            "stops here with its committed steps kept (rerun with the same --run-dir to resume)"
+        )
 
     async def setup_weight_sync_group(
         self, master_address: str, master_port: int, state_dict_meta: list | None = None
@@ -368,7 +436,7 @@ class Explorer:
         if target == 0:
             path = Path(self.config.model.model_path).resolve()
         else:
-            check_checkpoint(path, self.expected)
+            check_checkpoint(path, self.expected, root=self.checkpoint_dir)
         calls = [h.load_checkpoint.remote(str(path), target) for h in self.engines.handles]
         _, errors = gather(calls, self.config.synchronizer.sync_timeout)
         if errors:
@@ -408,6 +476,12 @@ class Explorer:
             raise RuntimeError(
                 f"{self.run_dir}: holds committed steps but no explorer state; use a new run dir"
             )
+        if state.latest_step and not committed:
+            raise RuntimeError(
+                f"{self.run_dir}: its state says step {state.latest_step} is committed, but "
+                f"{self.sink.describe()} holds no step: give buffer.trainer_input.experience_buffer as in "
+                f"{self.run_dir / 'config.yaml'}, or use a new run dir"
+            )
         if committed:
             state.latest_step = max(committed)
         return state
@@ -433,6 +507,24 @@ class Explorer:
 
         text = yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False)
         (self.run_dir / "config.yaml").write_text(text)
+
+    def _publish(self, done: CommittedStep | None = None) -> None:
+        """Hand the experience queue every committed step it has not had (a resumed run's too), in order.
+
+        Blocks while the queue is full: back-pressure from the trainer.
+        """
+        if self.feed is not None:
+            fresh = {} if done is None else {done.step: done.experiences}
+            self.state.published_step = self.feed.catch_up(self.sink, self.state.published_step, fresh)
+
+    def _close_feed(self, drain: bool) -> None:
+        if self.feed is not None:
+            if drain:
+                self._publish()
+            feed, self.feed = self.feed, None
+            left = feed.close(drain)
+            if left:
+                self._say(f"{feed.name}: {left} steps no trainer took are in {self.sink.describe()}")
 
     @property
     def gate_name(self) -> str:
@@ -501,8 +593,10 @@ class Explorer:
             return
         gate = self.gate_name
         dataset = explore_dataset(self.config, self.plan, self.engines.names, self.sink.root, gate, first)
-        drained: Future = ThreadPoolExecutor(1, thread_name_prefix="rftflow-drain").submit(drain, dataset)
+        drained = drain_in_background(dataset)
         while not committer.done:
+            if self.supervisor.error is not None:
+                raise self.supervisor.error
             finished = drained.done()  # read before collecting, so reports sent before the end are seen
             for records in ray.get(self.gate.collect.remote(0.5)):
                 self.bar.update(
@@ -517,6 +611,7 @@ class Explorer:
         metrics = step_metrics(
             done.experiences, done.records, done.seconds, done.reference_version, done.dropped_stale
         )
+        metrics["engine/restarts"] = float(self.supervisor.total_restarts)
         if done.dropped_stale:
             self._say(
                 f"step {done.step}: dropped {done.dropped_stale} experiences more than "
@@ -528,6 +623,8 @@ class Explorer:
             self.monitor.log_table(
                 sample_table(done.experiences, limit), f"samples/step_{done.step:06d}.json"
             )
+        if metrics["rollout/failed_tasks"]:
+            self.monitor.log_table(failure_table(done.records), f"failures/step_{done.step:06d}.json")
         totals = self.totals
         totals["experiences"] += len(done.experiences)
         totals["rewards"] += pc.sum(done.experiences.column("reward")).as_py() or 0.0
@@ -585,9 +682,20 @@ def check_workflows(cfg: Config) -> None:
             ) from None
 
 
-def drain(dataset: Any) -> None:
-    for _ in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
-        pass
+def drain_in_background(dataset: Any) -> Future:
+    """Iterate the dataset in a daemon thread: a stream a failed run leaves behind never holds up the exit."""
+    drained: Future = Future()
+
+    def drain() -> None:
+        try:
+            for _ in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+                pass
+            drained.set_result(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the committing loop, which raises it
+            drained.set_exception(exc)
+
+    threading.Thread(target=drain, name="rftflow-drain", daemon=True).start()
+    return drained
 
 
 def failure_messages(records: pa.Table, limit: int = 3) -> list[str]:

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 SAMPLE_COLUMNS = ("uid", "model_version", "prompt_text", "response_text", "truth", "reward", "finish_reason")
+FAILURE_COLUMNS = ("task_uid", "run_id_base", "repeat_times", "attempts", "message")
 
 
 def stats(prefix: str, values: pa.Array) -> dict[str, float]:
@@ -57,6 +58,12 @@ def step_metrics(
 def sample_table(experiences: pa.Table, limit: int) -> dict[str, list[Any]]:
     """A few rollouts of the step for the MLflow samples table."""
     return experiences.select(list(SAMPLE_COLUMNS)).slice(0, limit).to_pydict()
+
+
+def failure_table(records: pa.Table) -> dict[str, list[Any]]:
+    """Every failed sub-run of the step with its message, kept in MLflow, not only printed."""
+    failed = records.filter(pc.invert(records.column("ok")))
+    return failed.select(list(FAILURE_COLUMNS)).to_pydict()
 
 
 def eval_metrics(taskset: str, experiences: pa.Table, repeat_times: int) -> dict[str, float]:

@@ -64,7 +64,20 @@ class MlflowMonitor:
         )
 
     def log_table(self, data: dict[str, list[Any]], artifact_file: str) -> None:
-        self.client.log_table(self.run_id, data=data, artifact_file=artifact_file)
+        """A table as a JSON artifact, `{"columns": [...], "data": [[row], ...]}` (MLflow's table layout).
+
+        Not `MlflowClient.log_table`: it lists every table in one run tag, which passes MLflow's 8000-char
+        limit after about 145 tables and then fails every later call (a 200-step run died at step 146).
+        """
+        columns = list(data)
+        rows = [list(row) for row in zip(*data.values(), strict=True)]
+        self.client.log_dict(self.run_id, {"columns": columns, "data": rows}, artifact_file)
 
     def close(self, ok: bool) -> None:
+        """End the run and close the store's connections: MLflow caches a SQLite store per URI for the
+        process's lifetime, so without this the run's `mlflow.db` stays open after the run has ended."""
         self.client.set_terminated(self.run_id, status="FINISHED" if ok else "FAILED")
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        engine = getattr(store, "engine", None)
+        if engine is not None:
+            engine.dispose()  # the cached store opens new connections when next used

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas.errors import InputError
 
@@ -16,6 +16,9 @@ ASSETS = Path(__file__).resolve().parent.parent / "pipelines" / "assets"
 DEFAULT_MODEL = ASSETS / "tiny-arith-llama"
 DEFAULT_TRAIN = ASSETS / "tasksets" / "arith" / "train.jsonl"
 DEFAULT_EVAL = ASSETS / "tasksets" / "arith" / "eval.jsonl"
+# SQL table names: plain identifiers, short enough for PostgreSQL's 63 characters with "_steps" and an index.
+SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+SQL_NAME_MAX = 48
 
 
 class Strict(BaseModel):
@@ -57,6 +60,15 @@ class TasksetConfig(Strict):
     on_bad_row: Literal["raise", "skip"] = Field(
         "raise", description="a row that cannot become a task: raise (name it, stop) or skip (count, report)"
     )
+    # 16 MiB holds a million-token prompt (~4 bytes a token) four times over, yet bounds what one line costs;
+    # 1 GiB keeps a row far inside Arrow's 2 GiB per string array.
+    max_row_bytes: int = Field(
+        16 * 2**20,
+        ge=1,
+        le=2**30,
+        description="longest jsonl line (without its newline), or Parquet prompt/answer, in bytes; a longer "
+        "one is a bad row",
+    )
 
 
 class ExplorerInput(Strict):
@@ -68,11 +80,45 @@ class ExplorerInput(Strict):
         return taskset.default_workflow_type or (self.default_eval_workflow_type if is_eval else "math")
 
 
+class ExperienceBufferConfig(Strict):
+    """Where committed experiences go (Trinity-RFT's `trainer_input.experience_buffer`)."""
+
+    storage_type: Literal["parquet", "sql"] = Field(
+        "parquet", description="parquet: RUN_DIR/experiences/step_N/; sql: tables in a SQLAlchemy database"
+    )
+    path: str | None = Field(
+        None, description="sql: a SQLAlchemy URL (default: sqlite:///<abs run dir>/experiences.db)"
+    )
+    name: str | None = Field(
+        None,
+        pattern=SQL_NAME,
+        max_length=SQL_NAME_MAX,
+        description="sql: the experience table (default: the run dir's name); its commit log is <name>_steps",
+    )
+    queue_capacity: int | None = Field(
+        None, ge=1, description="also feed committed steps to a Ray queue of this many steps (null: no queue)"
+    )
+    queue_timeout: float = Field(
+        600.0, gt=0.0, description="seconds a committed step may wait for room in a full queue (then: fail)"
+    )
+
+    @model_validator(mode="after")
+    def _sql_only(self) -> ExperienceBufferConfig:
+        if self.storage_type == "parquet" and (self.path is not None or self.name is not None):
+            raise ValueError("path and name are for storage_type sql; Parquet goes under RUN_DIR/experiences")
+        return self
+
+
+class TrainerInput(Strict):
+    experience_buffer: ExperienceBufferConfig = ExperienceBufferConfig()
+
+
 class BufferConfig(Strict):
     batch_size: int = Field(8, ge=1, description="tasks per step")
     total_epochs: int = Field(1, ge=1)
     total_steps: int | None = Field(None, ge=1, description="stop after this many steps (null: all epochs)")
     explorer_input: ExplorerInput = ExplorerInput()
+    trainer_input: TrainerInput = TrainerInput()
 
 
 class ModelConfig(Strict):
@@ -98,6 +144,16 @@ class RolloutModelConfig(Strict):
         description="a longer prompt: refuse (the task fails with a message) or keep its last tokens",
     )
 
+    @model_validator(mode="after")
+    def _room_for_a_response(self) -> RolloutModelConfig:
+        # Otherwise a prompt within the limit still fails in vLLM, and is retried as if it might pass.
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens >= self.max_model_len:
+            raise ValueError(
+                f"max_prompt_tokens ({self.max_prompt_tokens}) must be below max_model_len "
+                f"({self.max_model_len}), which also holds the response"
+            )
+        return self
+
 
 class ExplorerConfig(Strict):
     rollout_model: RolloutModelConfig = RolloutModelConfig()
@@ -114,6 +170,16 @@ class ExplorerConfig(Strict):
     eval_on_startup: bool = Field(True, description="evaluate at step 0 (when eval_tasksets are set)")
     bench_on_latest_checkpoint: bool = Field(
         False, description="benchmark(): only the newest checkpoint (plus the base when eval_on_startup)"
+    )
+    health_check_interval: float | None = Field(
+        5.0, gt=0.0, description="seconds between engine health checks (null: no checks, no restarts)"
+    )
+    health_check_timeout: float = Field(60.0, gt=0.0, description="an engine silent this long is replaced")
+    max_engine_restarts: int = Field(3, ge=0, description="replacements per engine before the run fails")
+    engine_restart_timeout: float = Field(
+        600.0,
+        gt=0.0,
+        description="seconds a replacement may take to start on the current version; requests wait as long",
     )
 
 

@@ -1,0 +1,117 @@
+"""Crash resume: SIGKILL the explore driver at a random moment, rerun it, and lose or repeat nothing.
+
+The killed and the resumed runs are real `python -m pipelines.explore` processes with their own Ray and
+engine; the uninterrupted run they are compared with uses the same config and seed on the shared engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+from integration_settings import BASE
+from mlflow import MlflowClient
+
+from operators.parquet_sink import ParquetSink
+from pipelines.explore import explore
+from pipelines.state import ExplorerState
+from schemas.config import DEFAULT_EVAL, load_config
+
+STEPS, EVAL_INTERVAL = 10, 3
+SEED = 20261202  # picks the kill moment; the same seed always picks the same one
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def settings(eval_set: Path) -> list[str]:
+    return [
+        *BASE,
+        f"buffer.total_steps={STEPS}",
+        f"explorer.eval_interval={EVAL_INTERVAL}",
+        f"buffer.explorer_input.eval_tasksets=[{{name: arith_eval, path: '{eval_set}', repeat_times: 1}}]",
+    ]
+
+
+def keys(run_dir: Path) -> list[tuple[str, int]]:
+    table = pq.read_table(run_dir / "experiences", columns=["task_uid", "run_id"])
+    return list(zip(table.column("task_uid").to_pylist(), table.column("run_id").to_pylist(), strict=True))
+
+
+def step_hashes(run_dir: Path) -> dict[str, str]:
+    """Every committed file's digest: a resumed run must leave what was committed before the crash alone."""
+    files = sorted((run_dir / "experiences").glob("step_*/*.parquet"))
+    return {str(f.relative_to(run_dir)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def start_explore(config: Path, run_dir: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    command = [sys.executable, "-m", "pipelines.explore", "--config", str(config), "--run-dir", str(run_dir)]
+    return subprocess.Popen(
+        [*command, "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def kill_at_random_moment(process: subprocess.Popen, run_dir: Path, rng: random.Random) -> int:
+    """SIGKILL once a random number of steps has committed, a random fraction of a second later."""
+    target = rng.randint(1, STEPS - 3)
+    sink = ParquetSink(run_dir / "experiences")
+    deadline = time.monotonic() + 600
+    while len(sink.committed_steps()) < target:
+        assert process.poll() is None, process.stdout.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 0.4))
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    return target
+
+
+def metric_steps(client: MlflowClient, run_id: str) -> dict[str, list[int]]:
+    names = client.get_run(run_id).data.metrics
+    return {name: [m.step for m in client.get_metric_history(run_id, name)] for name in names}
+
+
+def test_sigkill_at_a_random_moment_then_resume_gives_the_uninterrupted_keys(engines, tmp_path):
+    eval_set = tmp_path / "eval.jsonl"
+    eval_set.write_text("".join(DEFAULT_EVAL.read_text().splitlines(keepends=True)[:4]))
+    cfg = load_config(None, settings(eval_set))
+    reference = explore(cfg, tmp_path / "uninterrupted", progress=False, engines=engines)
+    expected = keys(reference.run_dir)
+    assert len(expected) == len(set(expected)) == STEPS * 4 * 2
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    run_dir = tmp_path / "crashed"
+    killed_after = kill_at_random_moment(start_explore(config, run_dir), run_dir, random.Random(SEED))
+    committed = ParquetSink(run_dir / "experiences").committed_steps()
+    assert killed_after <= len(committed) < STEPS  # killed mid-run, with work left to do
+    before = step_hashes(run_dir)
+    run_id = ExplorerState.load(run_dir).mlflow_run_id
+
+    resumed = start_explore(config, run_dir)
+    output = resumed.communicate(timeout=900)[0].decode()
+    assert resumed.returncode == 0, output[-3000:]
+
+    got = keys(run_dir)
+    assert len(got) == len(set(got))  # nothing twice
+    assert sorted(got) == sorted(expected)  # nothing missing, nothing extra
+    after = step_hashes(run_dir)
+    assert {k: after[k] for k in before} == before  # committed steps untouched by the resume
+    assert not (run_dir / "experiences" / "_pending").exists()
+
+    state = ExplorerState.load(run_dir)
+    assert state.mlflow_run_id == run_id and state.latest_step == STEPS  # the same MLflow run, continued
+    client = MlflowClient(f"sqlite:///{run_dir.resolve() / 'mlflow.db'}")
+    steps = metric_steps(client, run_id)
+    for name, logged in steps.items():
+        assert len(logged) == len(set(logged)), f"{name} logged twice at a step: {sorted(logged)}"
+    assert sorted(steps["pipeline/experience_count"]) == list(range(1, STEPS + 1))
+    assert sorted(steps["eval/total_time"]) == list(range(0, STEPS + 1, EVAL_INTERVAL))
+    assert client.get_run(run_id).info.status == "FINISHED"
