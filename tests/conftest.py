@@ -1,5 +1,7 @@
-"""Shared test settings (no usage stats, no hub, quiet vLLM) and the engine actor the stack tests share."""
+"""Shared test settings (no usage stats, no hub, quiet vLLM) and the engines tests share: one in-process
+engine and one engine actor per session at most (an engine start takes 15-40 s)."""
 
+import asyncio
 import os
 
 import pytest
@@ -27,3 +29,25 @@ def engines():
     engines = start_engines(cfg, "integration-tests")
     yield engines
     stop_engines(engines)
+
+
+@pytest.fixture(scope="session")
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="session")
+def engine(loop):
+    """One in-process vLLM CPU engine (no Ray), for tests of the workflow and the engine themselves."""
+    from operators.engine import VLLMEngine
+    from schemas.config import DEFAULT_MODEL, RolloutModelConfig
+
+    # AsyncLLM binds its output handler to the loop it first runs on, so build and use it on one loop.
+    async def start() -> VLLMEngine:
+        return VLLMEngine(str(DEFAULT_MODEL), RolloutModelConfig(device="cpu").model_dump(mode="json"))
+
+    engine = loop.run_until_complete(start())
+    yield engine
+    engine.shutdown()
