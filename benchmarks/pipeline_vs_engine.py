@@ -52,7 +52,7 @@ def bench_config(args: argparse.Namespace):
 
 
 def first_tasks(cfg, count: int):
-    from operators.taskset_reader import iter_task_tables, plan_taskset
+    from operators.tasks.reader import iter_task_tables, plan_taskset
     from schemas.task import tasks_from_table
 
     buffer = cfg.buffer
@@ -67,8 +67,8 @@ def first_tasks(cfg, count: int):
 
 async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
     """Requests straight into an in-process AsyncLLM, with as many in flight as the pipeline allows."""
-    from operators.engine import VLLMEngine
-    from operators.engine_client import derive_seed, sampling_params
+    from operators.engine.actor import VLLMEngine
+    from operators.engine.client import derive_seed, sampling_params
     from operators.workflows.math import task_messages
 
     engine = VLLMEngine(str(cfg.model.model_path), cfg.explorer.rollout_model.model_dump(mode="json"))
@@ -102,8 +102,8 @@ def pipeline(cfg, run_dir: Path) -> tuple[int, float, int, float]:
     import ray
     from mlflow import MlflowClient
 
+    from pipelines.control.runtime import init_ray, start_engines, stop_engines
     from pipelines.explore import explore
-    from pipelines.runtime import init_ray, start_engines, stop_engines
 
     init_ray(cfg.ray)
     engines = start_engines(cfg, "bench")

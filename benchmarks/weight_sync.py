@@ -106,7 +106,7 @@ def load_base(directory: Path) -> dict[str, Any]:
     """The model's tensors under their checkpoint names, as a trainer holds them."""
     from safetensors.torch import load_file
 
-    from operators.checkpoints import weight_files
+    from operators.engine.checkpoints import weight_files
 
     state: dict[str, Any] = {}
     for path in weight_files(directory):
@@ -151,7 +151,7 @@ class Bench:
     """One model's engine, weight hub and syncers; `run` fills a ModelResult."""
 
     def __init__(self, name: str, path: Path, repeats: int, work: Path):
-        from operators.checkpoints import tensor_meta
+        from operators.engine.checkpoints import tensor_meta
 
         self.result = ModelResult(name, str(path))
         self.path, self.repeats, self.work = path, repeats, work
@@ -180,7 +180,7 @@ class Bench:
 
     def cold_start(self) -> None:
         """One engine actor, the explorer's way: launch and wait until its model is loaded."""
-        from pipelines.runtime import start_engines
+        from pipelines.control.runtime import start_engines
         from schemas.config import Config
 
         cfg = Config.model_validate({"model": {"model_path": str(self.path)}})
@@ -191,8 +191,8 @@ class Bench:
     def measure(self, kind: str) -> SourceResult:
         import ray
 
-        from operators.weight_hub import WeightHub
-        from pipelines.weight_sync import CheckpointSource, HubSource, WeightSyncer
+        from operators.actors.hub import WeightHub
+        from pipelines.control.weight_sync import CheckpointSource, HubSource, WeightSyncer
 
         out = SourceResult()
         root = self.work / self.result.name / "checkpoints"
@@ -221,8 +221,8 @@ class Bench:
         """Hand one new version over as a trainer would, then time the driver's sync of it."""
         import ray
 
-        from operators.checkpoints import write_checkpoint
-        from operators.weight_transfer import meta_of, send
+        from operators.engine.checkpoints import write_checkpoint
+        from operators.engine.transfer import meta_of, send
 
         current, self.version = self.version, self.version + 1
         state = perturbed(self.base, self.version)
@@ -262,8 +262,8 @@ class Bench:
         import ray
         import vllm.distributed.utils  # noqa: F401 - imported before the clock starts, as a trainer would be
 
-        from operators.weight_transfer import open_group
-        from pipelines.train import free_port
+        from operators.engine.transfer import open_group
+        from pipelines.reference.trainer import free_port
 
         address, port = ray.util.get_node_ip_address(), free_port()
         started = time.perf_counter()
@@ -275,7 +275,7 @@ class Bench:
     def close(self) -> None:
         import ray
 
-        from pipelines.runtime import stop_engines
+        from pipelines.control.runtime import stop_engines
 
         stop_engines(self.engines)
         if self.hub is not None:
@@ -333,7 +333,7 @@ def print_table(result: ModelResult, rows: dict[str, Any]) -> None:
 def main() -> None:
     import ray
 
-    from pipelines.runtime import init_ray
+    from pipelines.control.runtime import init_ray
     from schemas.config import RayConfig
 
     args = parse_args()

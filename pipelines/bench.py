@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operators.checkpoints import (
+from operators.engine.checkpoints import (
     STEP_DIR,
     CheckpointError,
     TensorMetaMap,
@@ -33,11 +33,11 @@ from operators.checkpoints import (
     find_checkpoints,
     weight_files,
 )
-from operators.plugins import PluginError
-from operators.taskset_reader import TasksetPlan, list_files, plan_taskset
-from pipelines.bench_report import table_rows, write_outputs
+from operators.rollout.plugins import PluginError
+from operators.tasks.reader import TasksetPlan, list_files, plan_taskset
+from pipelines.benchmark.report import table_rows, write_outputs
+from pipelines.control.runtime import EngineSet
 from pipelines.explore import add_config_arguments
-from pipelines.runtime import EngineSet
 from schemas.config import DEFAULT_EVAL, Config, TasksetConfig, flatten, load_config
 from schemas.errors import InputError
 
@@ -198,7 +198,7 @@ def result_metrics(experiences: Any, seconds: float, failed_tasks: int) -> dict[
     """Estimates with intervals from eval experiences (a `pa.Table`), plus tokens/s and task counts."""
     import pyarrow.compute as pc
 
-    from pipelines.bench_stats import task_estimates
+    from pipelines.benchmark.stats import task_estimates
 
     lengths = pc.list_value_length(experiences.column("response_ids")).to_pylist()
     rewards = experiences.column("reward").to_pylist()
@@ -463,7 +463,7 @@ class Bench:
 
     def _load(self, candidate: Candidate) -> str:
         """Reload every engine in place from `candidate`; an error message, or '' when all loaded."""
-        from pipelines.weight_sync import gather
+        from pipelines.control.weight_sync import gather
 
         self.reloads += 1
         timeout = self.cfg.synchronizer.sync_timeout
@@ -481,7 +481,7 @@ class Bench:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        from pipelines.dataflow import eval_dataset
+        from pipelines.control.plan import eval_dataset
         from schemas.status import flatten_experiences
 
         started = time.monotonic()
@@ -548,7 +548,7 @@ class Bench:
 
     def restore(self, version: int, path: Path) -> None:
         """Put shared engines back on the weights their owner expects (e.g. an Explorer's current version)."""
-        from pipelines.weight_sync import gather
+        from pipelines.control.weight_sync import gather
 
         timeout = self.cfg.synchronizer.sync_timeout
         calls = [
@@ -635,7 +635,7 @@ def run_benchmark(
 
 def trainer_stopped(checkpoint_dir: Path | None) -> bool:
     """A trainer that says it has stopped writes no more checkpoints: watching can end early."""
-    from pipelines.sync_policy import read_trainer_status
+    from pipelines.control.sync_policy import read_trainer_status
 
     if checkpoint_dir is None:
         return False
@@ -665,8 +665,8 @@ def resolve_tasksets(cfg: Config, paths: list[Path]) -> list[TasksetConfig]:
 
 def prepare_inputs(cfg: Config, taskset_paths: list[Path]) -> tuple[dict[str, TasksetPlan], TensorMetaMap]:
     """Check everything before an engine starts: tasksets (file, row, field), model, workflows."""
-    from pipelines.explorer import base_tensor_meta, check_workflows
-    from pipelines.runtime import check_model_dir
+    from pipelines.control.explorer import base_tensor_meta, check_workflows
+    from pipelines.control.runtime import check_model_dir
 
     cfg.buffer.explorer_input.eval_tasksets = resolve_tasksets(cfg, taskset_paths)
     plans = {
@@ -681,7 +681,7 @@ def prepare_inputs(cfg: Config, taskset_paths: list[Path]) -> tuple[dict[str, Ta
 
 def open_parent(cfg: Config, run_dir: Path, tracking_uri: str, state: BenchState, params: dict[str, Any]):
     """The CLI's parent run: new, or the one this run dir's state names (a rerun continues it)."""
-    from pipelines.monitor import MlflowMonitor
+    from pipelines.control.tracking import MlflowMonitor
 
     experiment = cfg.monitor.experiment or cfg.project
     monitor = MlflowMonitor(
@@ -712,8 +712,8 @@ def benchmark(
     base model's weights (version 0) afterwards and left running. Otherwise engines start when a checkpoint
     first needs them (a rerun with nothing new starts none) and stop at the end.
     """
-    from pipelines.monitor import default_tracking_uri
-    from pipelines.runtime import init_ray, launch_engines, stop_engines, wait_engines
+    from pipelines.control.runtime import init_ray, launch_engines, stop_engines, wait_engines
+    from pipelines.control.tracking import default_tracking_uri
 
     run_dir = Path(run_dir).resolve()
     plans, expected = prepare_inputs(cfg, list(taskset_paths or []))
@@ -781,7 +781,7 @@ def explorer_benchmark(explorer: Any) -> bool:
     After `prepare()` the child runs nest under the explorer's own MLflow run and the engines go back to the
     version the run has reached; without it, engines start here and a parent run of its own is made.
     """
-    from pipelines.runtime import init_ray, launch_engines, wait_engines
+    from pipelines.control.runtime import init_ray, launch_engines, wait_engines
 
     cfg = explorer.config.model_copy(deep=True)  # the bench's eval tasksets must not become the explorer's
     run_dir = explorer.run_dir

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from operators.plugins import PluginError
-from pipelines.runtime import EngineSet
+from operators.rollout.plugins import PluginError
+from pipelines.control.runtime import EngineSet
 from schemas.config import Config, load_config
 from schemas.errors import InputError
 
@@ -166,7 +166,7 @@ def explore(
     `engines` lets a caller (a benchmark, a test) reuse warm engine actors; they are then left running.
     Input errors surface before any engine starts; a failed run keeps its committed steps and nothing else.
     """
-    from pipelines.explorer import Explorer
+    from pipelines.control.explorer import Explorer
 
     explorer = Explorer(
         cfg,
@@ -213,7 +213,7 @@ def explore(
 
 def start_trainer(explorer, lr: float | None = None) -> tuple:
     """The reference trainer as a Ray actor, following this run from the version it has reached."""
-    from pipelines.train import TrainerOptions, start_trainer_actor
+    from pipelines.reference.trainer import TrainerOptions, start_trainer_actor
 
     cfg = explorer.config
     options = TrainerOptions(

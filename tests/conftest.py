@@ -21,7 +21,7 @@ def engines():
     """
     from integration_settings import BASE
 
-    from pipelines.runtime import init_ray, start_engines, stop_engines
+    from pipelines.control.runtime import init_ray, start_engines, stop_engines
     from schemas.config import load_config
 
     cfg = load_config(None, BASE)
@@ -41,7 +41,7 @@ def loop():
 @pytest.fixture(scope="session")
 def engine(loop):
     """One in-process vLLM CPU engine (no Ray), for tests of the workflow and the engine themselves."""
-    from operators.engine import VLLMEngine
+    from operators.engine.actor import VLLMEngine
     from schemas.config import DEFAULT_MODEL, RolloutModelConfig
 
     # AsyncLLM binds its output handler to the loop it first runs on, so build and use it on one loop.

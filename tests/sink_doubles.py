@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from operators.sql_sink import SqlSink
+from operators.sinks.sql import SqlSink
 
 
 class HalfInsertDouble(SqlSink):

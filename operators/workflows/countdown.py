@@ -21,7 +21,7 @@ def countdown_prompt(numbers: list[int], target: int) -> str:
 
 @register_workflow("countdown")
 class CountdownWorkflow(SingleTurnWorkflow):
-    """Single turn: the equation must use exactly the task's numbers; see `operators.rewards.countdown`."""
+    """Single turn: the equation uses exactly the task's numbers (`operators.rollout.rewards.countdown`)."""
 
     default_system_prompt = COUNTDOWN_SYSTEM_PROMPT
     default_reward_fn = "countdown"

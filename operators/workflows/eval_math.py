@@ -1,12 +1,12 @@
 """`eval_math`: the eval-time math workflow; each experience's metrics carry its `accuracy`.
 
-The caller groups a task's experiences and summarises them with `operators.eval_metrics.eval_summary`
+The caller groups a task's experiences and summarises them with `operators.rollout.eval_metrics.eval_summary`
 (mean@k, pass@k) over `[e.metrics["accuracy"] for e in experiences]`.
 """
 
 from __future__ import annotations
 
-from operators.engine import Sample
+from operators.engine.actor import Sample
 from operators.workflows.math import SingleTurnWorkflow
 from operators.workflows.registry import register_workflow
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-from operators.engine import Generation, Sample
-from operators.engine_client import EngineClient, derive_seed, sampling_params
-from operators.rewards import get_reward_fn
+from operators.engine.actor import Generation, Sample
+from operators.engine.client import EngineClient, derive_seed, sampling_params
+from operators.rollout.rewards import get_reward_fn
 from operators.workflows.registry import WorkflowBase, register_workflow, repeats
 from schemas.experience import Experience
 from schemas.task import Task

@@ -20,8 +20,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
-from operators.engine_client import EngineClient
-from operators.plugins import register_once
+from operators.engine.client import EngineClient
+from operators.rollout.plugins import register_once
 from schemas.experience import Experience
 from schemas.task import Task
 

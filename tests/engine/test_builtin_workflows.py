@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from operators.engine_client import EngineClient
-from operators.workflow_runner import run_task
+from operators.engine.client import EngineClient
+from operators.rollout.runner import run_task
 from operators.workflows.registry import create_workflow
-from pipelines.countdown_tasks import ASSETS_DIR
+from pipelines.reference.countdown_tasks import ASSETS_DIR
 from schemas.config import RolloutArgs
 from schemas.task import Task
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from operators.engine_client import EngineClient
-from operators.workflow_runner import run_task
+from operators.engine.client import EngineClient
+from operators.rollout.runner import run_task
 from schemas.config import RolloutArgs
 from schemas.status import flatten_experiences, results_to_table
 from schemas.task import Task, tasks_from_table, tasks_to_table

@@ -14,14 +14,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from operators.engine_client import EngineClient
-from operators.parquet_sink import ParquetSink, write_fragments
-from operators.rollout import RolloutOperator
-from operators.step_gate import GateClient, StepGate
-from operators.taskset_reader import TasksetPlan
+from operators.actors.gate import GateClient, StepGate
+from operators.engine.client import EngineClient
+from operators.rollout.operator import RolloutOperator
+from operators.sinks.parquet import ParquetSink, write_fragments
+from operators.tasks.reader import TasksetPlan
 from operators.workflows.math import MathWorkflow
 from operators.workflows.registry import WorkflowBase, register_workflow
-from pipelines.control import StepCommitter
+from pipelines.control.steps import StepCommitter
 from schemas.config import RolloutArgs
 from schemas.experience import Experience
 from schemas.status import flatten_experiences

@@ -18,11 +18,11 @@ from integration_settings import BASE
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
-from operators.checkpoints import write_checkpoint
+from operators.engine.checkpoints import write_checkpoint
 from pipelines.bench import STATE_FILE, main
-from pipelines.bench_report import PLOT_PNG, TABLE_CSV, TABLE_MD
+from pipelines.benchmark.report import PLOT_PNG, TABLE_CSV, TABLE_MD
+from pipelines.control.tracking import default_tracking_uri
 from pipelines.explorer import Explorer
-from pipelines.monitor import default_tracking_uri
 from schemas.config import DEFAULT_EVAL, DEFAULT_MODEL, load_config
 
 SCALED = "model.layers.1.mlp.down_proj.weight"

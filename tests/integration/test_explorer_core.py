@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 from integration_settings import BASE
 from mlflow import MlflowClient
 
+from pipelines.control.state import ExplorerState
 from pipelines.explore import explore
-from pipelines.state import ExplorerState
 from schemas.config import DEFAULT_EVAL, load_config
 
 
@@ -77,7 +77,7 @@ def test_split_repeats_commit_each_step_once(engines, tmp_path):
 
 
 PLUGIN = """
-from operators.rewards import register_reward
+from operators.rollout.rewards import register_reward
 from operators.workflows.math import MathWorkflow
 from operators.workflows.registry import register_workflow
 

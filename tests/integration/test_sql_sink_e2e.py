@@ -10,11 +10,11 @@ import pytest
 import sqlalchemy as sa
 from integration_settings import BASE
 
-from operators.experience_queue import QueueReader
-from operators.experience_reader import open_reader
-from operators.proc_stats import open_files_under
+from operators.engine.proc_stats import open_files_under
+from operators.sinks.queue import QueueReader
+from operators.sinks.reader import open_reader
+from pipelines.control.state import ExplorerState
 from pipelines.explore import explore
-from pipelines.state import ExplorerState
 from schemas.config import load_config
 
 PG_URL = "RFTFLOW_TEST_POSTGRES_URL"

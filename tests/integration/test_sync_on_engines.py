@@ -15,8 +15,8 @@ from integration_settings import BASE
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
-from operators.checkpoints import write_checkpoint
-from operators.weight_transfer import meta_of, open_group, send
+from operators.engine.checkpoints import write_checkpoint
+from operators.engine.transfer import meta_of, open_group, send
 from pipelines.explore import explore
 from pipelines.explorer import Explorer
 from schemas.config import DEFAULT_MODEL, load_config
@@ -156,8 +156,8 @@ class BroadcastTrainer:
     """Rank 0 in its own process: offers the group on the hub, announces a version, sends it in buckets."""
 
     def run(self, hub_name: str, state: dict[str, torch.Tensor], version: int) -> int:
-        from pipelines.runtime import NAMESPACE
-        from pipelines.train import free_port
+        from operators.actors.names import NAMESPACE
+        from pipelines.reference.trainer import free_port
 
         hub = ray.get_actor(hub_name, namespace=NAMESPACE)
         workers = ray.get(hub.wait_workers.remote(30))

@@ -20,9 +20,9 @@ import yaml
 from integration_settings import BASE
 from mlflow import MlflowClient
 
-from operators.parquet_sink import ParquetSink
+from operators.sinks.parquet import ParquetSink
+from pipelines.control.state import ExplorerState
 from pipelines.explore import explore
-from pipelines.state import ExplorerState
 from schemas.config import DEFAULT_EVAL, load_config
 
 STEPS, EVAL_INTERVAL = 10, 3

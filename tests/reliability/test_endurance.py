@@ -12,7 +12,7 @@ import os
 import ray
 from integration_settings import BASE
 
-from operators.proc_stats import read_memory
+from operators.engine.proc_stats import read_memory
 from pipelines.explorer import Explorer
 from schemas.config import load_config
 

@@ -20,8 +20,8 @@ import torch
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
-from operators.checkpoints import write_checkpoint
-from operators.proc_stats import open_files_under, process_tree
+from operators.engine.checkpoints import write_checkpoint
+from operators.engine.proc_stats import open_files_under, process_tree
 from pipelines.explorer import Explorer
 from schemas.config import DEFAULT_MODEL, load_config
 
@@ -34,7 +34,7 @@ import os
 import signal
 from pathlib import Path
 
-from operators.engine_client import lookup_engine
+from operators.engine.client import lookup_engine
 from operators.workflows.math import MathWorkflow
 from operators.workflows.registry import register_workflow
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import ray
 
-from operators.engine import EngineGone
-from operators.engine_client import EngineClient
-from pipelines.engine_supervisor import EngineLost, EngineSupervisor, Restore
-from pipelines.runtime import EngineSet, init_ray
+from operators.engine.actor import EngineGone
+from operators.engine.client import EngineClient
+from pipelines.control.fleet import EngineLost, EngineSupervisor, Restore
+from pipelines.control.runtime import EngineSet, init_ray
 from schemas.config import RayConfig, load_config
 
 
@@ -107,7 +107,7 @@ def test_a_call_in_flight_on_a_killed_engine_is_sent_again_to_its_replacement():
     ],
 )
 def test_a_client_gives_up_when_no_replacement_comes(monkeypatch, restart_timeout, absent_s, message):
-    import operators.engine_client as engine_client
+    import operators.engine.client as engine_client
 
     monkeypatch.setattr(engine_client, "ABSENT_S", absent_s)
     name = f"double/engine-abandoned-{restart_timeout}"

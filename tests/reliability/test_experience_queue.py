@@ -10,9 +10,9 @@ import ray
 from integration_settings import BASE
 from unit.unit_factories import make_experience, write_and_commit
 
-from operators.experience_queue import QueueFeed, QueueReader, queue_name
-from operators.parquet_sink import ParquetSink
-from pipelines.runtime import NAMESPACE, init_ray
+from operators.actors.names import NAMESPACE, init_ray
+from operators.sinks.parquet import ParquetSink
+from operators.sinks.queue import QueueFeed, QueueReader, queue_name
 from schemas.config import load_config
 from schemas.experience import experiences_to_table
 

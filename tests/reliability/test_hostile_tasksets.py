@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from operators.taskset_reader import TasksetPlan, iter_task_tables, plan_taskset, read_units
+from operators.tasks.reader import TasksetPlan, iter_task_tables, plan_taskset, read_units
 from schemas.config import TasksetConfig
 from schemas.errors import InputError
 

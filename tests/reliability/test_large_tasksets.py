@@ -17,7 +17,7 @@ RSS_BOUND_MIB = 32  # the file is ~60 MB; its parsed records alone would take ~4
 MEASURE = """
 import json, resource, sys, time
 from pathlib import Path
-from operators.taskset_reader import iter_task_tables, plan_taskset, read_units
+from operators.tasks.reader import iter_task_tables, plan_taskset, read_units
 from schemas.config import TasksetConfig
 
 def peak_mib():

@@ -18,10 +18,10 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer
 
-from operators.engine_client import EngineClient
-from operators.prompt_bound import max_token_bytes, refuse_by_length
-from operators.rollout import RolloutOperator
-from operators.taskset_reader import iter_task_tables, plan_taskset, read_units
+from operators.engine.client import EngineClient
+from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
+from operators.rollout.operator import RolloutOperator
+from operators.tasks.reader import iter_task_tables, plan_taskset, read_units
 from schemas.config import DEFAULT_MODEL, RolloutArgs, TasksetConfig
 from schemas.errors import TaskInputError
 

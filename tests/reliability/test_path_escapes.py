@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from operators.checkpoints import (
+from operators.engine.checkpoints import (
     CheckpointError,
     check_checkpoint,
     find_checkpoints,
     tensor_meta,
     weight_files,
 )
-from operators.plugins import PluginError, load_plugins
+from operators.rollout.plugins import PluginError, load_plugins
 from pipelines.bench import Bench, BenchState, Candidate, check_candidate, select_candidates
+from pipelines.control.weight_sync import CheckpointSource, WeightSyncer
 from pipelines.explore import main
-from pipelines.weight_sync import CheckpointSource, WeightSyncer
 from schemas.config import DEFAULT_MODEL, load_config
 
 EXPECTED = tensor_meta(DEFAULT_MODEL)

@@ -15,9 +15,9 @@ import pytest
 from sink_doubles import HalfInsertDouble
 from unit.unit_factories import fragments_of, make_results
 
-from operators.experience_reader import ExperienceReader
-from operators.parquet_sink import ParquetSink, write_fragments
-from operators.sql_sink import SqlSink
+from operators.sinks.parquet import ParquetSink, write_fragments
+from operators.sinks.reader import ExperienceReader
+from operators.sinks.sql import SqlSink
 
 PG_URL = "RFTFLOW_TEST_POSTGRES_URL"
 SQL_STORES = ["sqlite", "postgresql"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from operators.checkpoints import TensorMetaMap, tensor_meta
+from operators.engine.checkpoints import TensorMetaMap, tensor_meta
 from schemas.config import DEFAULT_MODEL
 
 

@@ -13,7 +13,7 @@ import torch
 import yaml
 from unit_factories import make_experience
 
-from operators.checkpoints import CheckpointError, write_checkpoint
+from operators.engine.checkpoints import CheckpointError, write_checkpoint
 from pipelines.bench import (
     BenchState,
     Candidate,
@@ -31,7 +31,7 @@ from pipelines.bench import (
     taskset_key,
     weights_hash,
 )
-from pipelines.bench_report import csv_columns, table_rows, write_outputs
+from pipelines.benchmark.report import csv_columns, table_rows, write_outputs
 from schemas.config import DEFAULT_EVAL, DEFAULT_MODEL, load_config
 from schemas.errors import InputError
 from schemas.experience import EXPERIENCE_SCHEMA

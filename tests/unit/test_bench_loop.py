@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import pipelines.bench as bench_module
-from operators.checkpoints import write_checkpoint
+from operators.engine.checkpoints import write_checkpoint
 from pipelines.bench import (
     Bench,
     BenchState,
@@ -22,9 +22,9 @@ from pipelines.bench import (
     Selection,
     run_benchmark,
 )
-from pipelines.bench_report import PLOT_PNG, TABLE_CSV
-from pipelines.monitor import MlflowMonitor, default_tracking_uri
-from pipelines.runtime import EngineSet
+from pipelines.benchmark.report import PLOT_PNG, TABLE_CSV
+from pipelines.control.runtime import EngineSet
+from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
 from schemas.config import DEFAULT_MODEL, TasksetConfig, load_config
 
 METRICS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.bench_stats import group_by_task, task_estimates
+from pipelines.benchmark.stats import group_by_task, task_estimates
 
 
 def two_per_task(correct: list[list[float]]) -> tuple[list[str], list[float], list[int]]:

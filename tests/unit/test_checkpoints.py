@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from operators.checkpoints import (
+from operators.engine.checkpoints import (
     CheckpointError,
     TensorMetaMap,
     check_checkpoint,

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 from unit_factories import make_results
 
-from operators.parquet_sink import ParquetSink, write_fragments
-from operators.taskset_reader import TasksetPlan
-from pipelines.control import StepCommitter, sub_run_keys
+from operators.sinks.parquet import ParquetSink, write_fragments
+from operators.tasks.reader import TasksetPlan
+from pipelines.control.steps import StepCommitter, sub_run_keys
 
 
 class FakeClock:

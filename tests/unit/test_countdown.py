@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.rewards import countdown, parse_equation
-from pipelines import countdown_tasks
+from operators.rollout.rewards import countdown, parse_equation
+from pipelines.reference import countdown_tasks
 
 TRUTH = json.dumps({"target": 24, "numbers": [3, 8, 1]})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from operators.engine_client import derive_seed, sampling_params
+from operators.engine.client import derive_seed, sampling_params
 from schemas.config import RolloutArgs
 
 

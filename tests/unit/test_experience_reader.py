@@ -9,9 +9,9 @@ import pytest
 import yaml
 from unit_factories import make_results, write_and_commit
 
-from operators.experience_reader import ExperienceReader, open_reader
-from operators.parquet_sink import write_fragments
-from operators.sinks import open_sink
+from operators.sinks.base import open_sink
+from operators.sinks.parquet import write_fragments
+from operators.sinks.reader import ExperienceReader, open_reader
 from schemas.config import Config, ExperienceBufferConfig
 from schemas.errors import InputError
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from unit_factories import make_results
 
+from pipelines.control.explorer import failure_messages
 from pipelines.explore import DEFAULT_STEPS, build_config, main, parse_args
-from pipelines.explorer import failure_messages
 from schemas.errors import InputError
 
 OPTIONS = ("--config", "--set", "--run-dir", "--steps", "--ray-address", "--mlflow-uri", "--no-progress")
@@ -98,15 +98,15 @@ def test_driver_modules_import_without_ray_or_vllm():
         "schemas.config",
         "schemas.status",
         "schemas.task",
-        "operators.taskset_reader",
-        "operators.parquet_sink",
-        "operators.sql_sink",
-        "operators.experience_reader",
-        "operators.experience_queue",
-        "operators.rewards",
-        "operators.engine_client",
-        "pipelines.control",
-        "pipelines.metrics",
+        "operators.tasks.reader",
+        "operators.sinks.parquet",
+        "operators.sinks.sql",
+        "operators.sinks.reader",
+        "operators.sinks.queue",
+        "operators.rollout.rewards",
+        "operators.engine.client",
+        "pipelines.control.steps",
+        "pipelines.control.metrics",
         "pipelines.explore",
     ]
     heavy = {"ray", "vllm", "torch"}

@@ -11,7 +11,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from unit_factories import make_experience
 
-from pipelines.grpo import (
+from pipelines.reference.grpo import (
     GRPOConfig,
     group_advantages,
     make_batch,

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 import pytest
 from unit_factories import make_experience, make_results
 
-from pipelines.metrics import SAMPLE_COLUMNS, sample_table, step_metrics
+from pipelines.control.metrics import SAMPLE_COLUMNS, sample_table, step_metrics
 from schemas.experience import EXPERIENCE_SCHEMA, experiences_to_table
 
 

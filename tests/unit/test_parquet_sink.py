@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 from unit_factories import fragments_of, make_result, make_results, write_and_commit
 
-from operators.parquet_sink import PENDING, RECORD_SCHEMA, ParquetSink, step_dirname, write_fragments
+from operators.sinks.parquet import PENDING, RECORD_SCHEMA, ParquetSink, step_dirname, write_fragments
 from schemas.experience import EXPERIENCE_SCHEMA
 from schemas.status import flatten_experiences, results_to_table
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from operators import plugins, rewards
-from operators.plugins import PluginError, load_plugins
-from operators.rewards import get_reward_fn
+from operators.rollout import plugins, rewards
+from operators.rollout.plugins import PluginError, load_plugins
+from operators.rollout.rewards import get_reward_fn
 from operators.workflows import registry
 from operators.workflows.registry import create_workflow, load_builtins
 
 PLUGIN = """
-from operators.rewards import register_reward
+from operators.rollout.rewards import register_reward
 from operators.workflows.math import SingleTurnWorkflow
 from operators.workflows.registry import register_workflow
 
@@ -78,8 +78,12 @@ def test_a_reimported_plugin_module_replaces_its_definitions(tmp_path):
 
 
 def test_plugins_load_in_name_order(tmp_path):
-    write(tmp_path, "b.py", "import operators.rewards as r\nr.ORDER = [*getattr(r, 'ORDER', []), 'b']\n")
-    write(tmp_path, "a.py", "import operators.rewards as r\nr.ORDER = [*getattr(r, 'ORDER', []), 'a']\n")
+    write(
+        tmp_path, "b.py", "import operators.rollout.rewards as r\nr.ORDER = [*getattr(r, 'ORDER', []), 'b']\n"
+    )
+    write(
+        tmp_path, "a.py", "import operators.rollout.rewards as r\nr.ORDER = [*getattr(r, 'ORDER', []), 'a']\n"
+    )
     try:
         load_plugins(tmp_path)
         assert rewards.ORDER == ["a", "b"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from operators.experience_queue import END, ExperienceQueue, queue_name
+from operators.sinks.queue import END, ExperienceQueue, queue_name
 
 
 def run(coroutine):

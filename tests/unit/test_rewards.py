@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from operators.rewards import (
+from operators.rollout.rewards import (
     REWARD_FNS,
     answers_match,
     extract_answer,
@@ -83,7 +83,7 @@ def test_registry_and_unknown_names():
 
 
 def test_register_refuses_a_second_function_under_a_taken_name(monkeypatch):
-    from operators import rewards
+    from operators.rollout import rewards
 
     monkeypatch.setattr(rewards, "REWARD_FNS", dict(REWARD_FNS))
     with pytest.raises(ValueError, match="'format' is already registered"):

@@ -8,9 +8,9 @@ import sqlalchemy as sa
 from sink_doubles import CrashBeforeCleanupDouble, HalfInsertDouble
 from unit_factories import fragments_of, make_experience, make_result, make_results, write_and_commit
 
-from operators.parquet_sink import PENDING, ParquetSink, step_dirname, write_fragments
-from operators.sinks import default_table_name, open_sink
-from operators.sql_sink import SqlSink
+from operators.sinks.base import default_table_name, open_sink
+from operators.sinks.parquet import PENDING, ParquetSink, step_dirname, write_fragments
+from operators.sinks.sql import SqlSink
 from schemas.config import ExperienceBufferConfig
 from schemas.errors import InputError
 from schemas.experience import EXPERIENCE_SCHEMA, experiences_to_table

@@ -6,8 +6,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from operators.step_gate import GateClient, StepGate
-from pipelines.sync_policy import release_boundary
+from operators.actors.gate import GateClient, StepGate
+from pipelines.control.sync_policy import release_boundary
 
 
 def test_tasks_of_a_step_wait_until_it_is_released():

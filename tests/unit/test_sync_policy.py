@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipelines.sync_policy import TrainerStatus, read_trainer_status, sync_due
+from pipelines.control.sync_policy import TrainerStatus, read_trainer_status, sync_due
 
 READY = TrainerStatus("require_sync", version=3)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from pipelines import arith_tasks, tiny_model
+from pipelines.reference import arith_tasks, tiny_model
 
 SHIPPED = tiny_model.default_model_dir()
 

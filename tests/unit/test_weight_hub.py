@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from operators.weight_hub import WeightHub
+from operators.actors.hub import WeightHub
 
 SHORT = 0.05  # a wait that is meant to time out
 LONG = 30.0  # a wait that is meant to end early; tests assert it did

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from operators.checkpoints import CheckpointError, TensorMetaMap, write_checkpoint
-from operators.weight_transfer import meta_of
-from pipelines.weight_sync import CheckpointSource, SyncOutcome, check_meta
+from operators.engine.checkpoints import CheckpointError, TensorMetaMap, write_checkpoint
+from operators.engine.transfer import meta_of
+from pipelines.control.weight_sync import CheckpointSource, SyncOutcome, check_meta
 from schemas.config import DEFAULT_MODEL
 
 

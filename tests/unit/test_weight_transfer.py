@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from operators.weight_transfer import (
+from operators.engine.transfer import (
     TensorMeta,
     buckets,
     dtype_of,

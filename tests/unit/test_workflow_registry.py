@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from operators.engine_client import EngineClient
-from operators.eval_metrics import eval_summary, mean_at_k, pass_at_k
-from operators.rewards import last_boxed, math_boxed_accuracy
+from operators.engine.client import EngineClient
+from operators.rollout.eval_metrics import eval_summary, mean_at_k, pass_at_k
+from operators.rollout.rewards import last_boxed, math_boxed_accuracy
 from operators.workflows import registry
 from operators.workflows.registry import (
     WorkflowBase,

@@ -10,8 +10,8 @@ import json
 import pytest
 from unit_factories import make_experience
 
-from operators.rollout import RolloutOperator
-from operators.workflow_runner import (
+from operators.rollout.operator import RolloutOperator
+from operators.rollout.runner import (
     SubRun,
     WorkflowPool,
     check_experiences,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators.parquet_sink import write_fragments
+from operators.sinks.parquet import write_fragments
 from schemas.experience import Experience
 from schemas.status import Status, result_row, results_to_table
 

@@ -45,7 +45,7 @@ class WeightHub:
     async def publish(self, version: int, payload: dict[str, Any]) -> None:
         """Announce `version`: `{"kind": "memory", "state": [ref], "meta": m}` or `{"kind": "broadcast", …}`.
 
-        `meta` lists `(name, shape, dtype)` per tensor (`operators.weight_transfer.meta_of`); a broadcast may
+        `meta` lists `(name, shape, dtype)` per tensor (`operators.engine.transfer.meta_of`); a broadcast may
         add `bucket_bytes`, its bucket size (receivers must cut the same buckets).
         """
         async with self.changed:
@@ -93,5 +93,5 @@ class WeightHub:
         return self.version
 
     def get_status(self) -> dict[str, Any]:
-        """The trainer status that `pipelines.sync_policy.read_trainer_status` reads."""
+        """The trainer status that `pipelines.control.sync_policy.read_trainer_status` reads."""
         return {"state": self.state, "version": self.version}

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
-from operators.parquet_sink import filter_stale, pending_fragments, read_fragments
+from operators.sinks.parquet import filter_stale, pending_fragments, read_fragments
 from schemas.errors import InputError
 from schemas.experience import EXPERIENCE_SCHEMA
 

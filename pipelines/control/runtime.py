@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from operators.actors.names import NAMESPACE
 from schemas.config import Config, RayConfig
 from schemas.errors import InputError
-
-NAMESPACE = "rftflow"
 
 
 def init_ray(cfg: RayConfig, address: str | None = None, verbose: bool = False) -> None:
@@ -88,7 +87,7 @@ def launch_engine(cfg: Config, name: str, closed: bool = False) -> Any:
     (a replacement must be put on the run's current version before it serves anything)."""
     import ray
 
-    from operators.engine import VLLMEngine
+    from operators.engine.actor import VLLMEngine
 
     rollout = cfg.explorer.rollout_model.model_copy(update={"device": resolve_device(cfg)})
     gpus = rollout.tensor_parallel_size if rollout.device == "gpu" else 0

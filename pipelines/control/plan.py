@@ -6,9 +6,9 @@ from pathlib import Path
 
 import ray
 
-from operators.rollout import RolloutOperator
-from operators.taskset_reader import TasksetPlan
-from operators.taskset_source import TasksetDatasource
+from operators.rollout.operator import RolloutOperator
+from operators.tasks.datasource import TasksetDatasource
+from operators.tasks.reader import TasksetPlan
 from schemas.config import Config, TasksetConfig
 
 FORWARDER_CPUS = 0.25  # forwarding actors mostly wait; whole CPUs for them would starve the read tasks

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators.sinks import Sink
+from operators.sinks.base import Sink
 from schemas.config import ExperienceBufferConfig
 
 END = "end-of-stream"
@@ -82,7 +82,7 @@ class QueueFeed:
     def __init__(self, run_name: str, capacity: int, timeout: float, store: str):
         import ray
 
-        from pipelines.runtime import NAMESPACE
+        from operators.actors.names import NAMESPACE
 
         self.name, self.timeout, self.store = queue_name(run_name), timeout, store
         self.actor = (
@@ -134,7 +134,7 @@ class QueueFeed:
         """Until the name is free: a run resumed at once must get a new queue, not this dying one."""
         import ray
 
-        from pipelines.runtime import NAMESPACE
+        from operators.actors.names import NAMESPACE
 
         deadline = time.monotonic() + GONE_S
         while time.monotonic() < deadline:
@@ -205,14 +205,14 @@ class QueueReader:
         except ray.exceptions.RayActorError:
             raise RuntimeError(
                 f"the experience queue {self.name} went away before the end of its stream: the explorer "
-                "stopped or failed. Its committed steps are in its store (operators.experience_reader)"
+                "stopped or failed. Its committed steps are in its store (operators.sinks.reader)"
             ) from None
 
     def _attach(self) -> Any:
         """The queue actor, waiting for the explorer to create it; None on stop or idle timeout."""
         import ray
 
-        from pipelines.runtime import NAMESPACE
+        from operators.actors.names import NAMESPACE
 
         since = time.monotonic()
         while not self.stop.is_set():

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
 
-from operators.plugins import register_once
+from operators.rollout.plugins import register_once
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from operators.engine_client import EngineClient
+from operators.engine.client import EngineClient
 from operators.workflows.registry import Workflow, run_workflow, workflow_class
 from schemas.errors import TaskInputError
 from schemas.experience import Experience, MalformedExperience

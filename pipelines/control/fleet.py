@@ -5,7 +5,7 @@ the base model. The supervisor instead probes every engine each `health_check_in
 must answer within `health_check_timeout` and its vLLM core must be alive. An engine that fails is killed and
 a replacement is started under the same name, held closed until the run's current version is loaded into it.
 Requests that were in flight on the lost engine are sent again by their clients
-(`operators.engine_client`) as soon as the name points at the replacement.
+(`operators.engine.client`) as soon as the name points at the replacement.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.runtime import EngineSet, launch_engine
-from pipelines.weight_sync import gather
+from pipelines.control.runtime import EngineSet, launch_engine
+from pipelines.control.weight_sync import gather
 from schemas.config import Config
 
 NAME_FREE_S = 10.0  # how long the old actor's name may take to be released after it is killed

@@ -1,6 +1,6 @@
 """The trainer's view of a run's experiences: committed steps only, in order, from either sink.
 
-    from operators.experience_reader import open_reader
+    from operators.sinks.reader import open_reader
 
     reader = open_reader("runs/explore-20261202-130000")  # finds the store in the run's config.yaml
     for step, experiences in reader.steps(follow=True, idle_timeout=600):
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from operators.sinks import Sink, open_sink
+from operators.sinks.base import Sink, open_sink
 from schemas.config import ExperienceBufferConfig, load_config
 from schemas.errors import InputError
 

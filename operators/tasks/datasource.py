@@ -5,7 +5,7 @@ from __future__ import annotations
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from operators.taskset_reader import TasksetPlan, iter_task_tables, read_units
+from operators.tasks.reader import TasksetPlan, iter_task_tables, read_units
 from schemas.config import TasksetConfig
 from schemas.task import TASK_SCHEMA
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from operators.weight_transfer import (
+from operators.engine.transfer import (
     BUCKET_BYTES,
     TensorMeta,
     WireTensor,

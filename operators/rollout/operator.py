@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators.engine_client import EngineClient
-from operators.parquet_sink import write_fragments
-from operators.step_gate import GateClient
-from operators.workflow_runner import SubRun, WorkflowRunner, split_task
+from operators.actors.gate import GateClient
+from operators.engine.client import EngineClient
+from operators.rollout.runner import SubRun, WorkflowRunner, split_task
+from operators.sinks.parquet import write_fragments
 from schemas.status import results_to_table
 from schemas.task import Task, tasks_from_table
 
@@ -42,8 +42,8 @@ class RolloutOperator:
     ):
         import ray
 
-        from operators.plugins import load_plugins
-        from pipelines.runtime import NAMESPACE
+        from operators.actors.names import NAMESPACE
+        from operators.rollout.plugins import load_plugins
 
         for plugin_dir in plugin_dirs:  # users' workflows must be registered in this worker too
             load_plugins(Path(plugin_dir))

@@ -3,8 +3,8 @@
 It lives outside Ray Data (pool actors are rebuilt silently and cannot be messaged), so the rollout operator
 only forwards requests to it. The model version is read when a request is dispatched, never at completion.
 
-Weights are swapped in place (no restart) by `operators.weight_worker`, inside a pause: new requests wait,
-requests in flight finish on the old weights, and no request ever runs on a mix of versions.
+Weights are swapped in place (no restart) by `operators.engine.worker_extension`, inside a pause: new requests
+wait, requests in flight finish on the old weights, and no request ever runs on a mix of versions.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from operators.prompt_bound import max_token_bytes, refuse_by_length
+from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
 from schemas.config import RolloutModelConfig
 from schemas.errors import TaskInputError
 
@@ -83,7 +83,7 @@ class VLLMEngine:
             seed=rollout.seed,
             gpu_memory_utilization=rollout.gpu_memory_utilization,
             disable_log_stats=True,
-            worker_extension_cls="operators.weight_worker.WeightWorker",
+            worker_extension_cls="operators.engine.worker_extension.WeightWorker",
         )
         self.llm = AsyncLLM.from_engine_args(args)
         self.tokenizer = self.llm.get_tokenizer()
@@ -108,7 +108,7 @@ class VLLMEngine:
 
     def memory(self) -> dict[int, dict[str, int]]:
         """Resident and peak memory of this actor's process and its children (the vLLM core), by pid."""
-        from operators.proc_stats import process_tree_memory
+        from operators.engine.proc_stats import process_tree_memory
 
         return process_tree_memory(os.getpid())
 
@@ -211,7 +211,7 @@ class VLLMEngine:
         thread, so requests in flight keep streaming); the worker then maps that file. Sending them through
         vLLM's RPC instead would copy every byte four times inside the pause.
         """
-        from operators.weight_transfer import stage_state_dict
+        from operators.engine.transfer import stage_state_dict
 
         staged = await asyncio.to_thread(stage_state_dict, state)
         try:
@@ -243,7 +243,7 @@ class VLLMEngine:
 
     async def get_weight(self, name: str):
         """The tensor the engine holds under vLLM's parameter name, in the engine's dtype."""
-        from operators.weight_transfer import from_wire
+        from operators.engine.transfer import from_wire
 
         return from_wire((await self.llm.collective_rpc("rftflow_get", args=(name,)))[0])[1]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operators.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, find_checkpoints
-from pipelines.sync_policy import read_trainer_status
+from operators.engine.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, find_checkpoints
+from pipelines.control.sync_policy import read_trainer_status
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2

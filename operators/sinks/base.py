@@ -1,8 +1,8 @@
 """The experience sink's contract, and the sink a run's config asks for.
 
 Every sink stages the same way: rollout batches write Parquet fragments under
-`<run dir>/experiences/_pending/` (`operators.parquet_sink.write_fragments`), and the driver commits each step
-once, in order. The sinks differ only in where a committed step lives: a `step_N/` folder (Parquet) or
+`<run dir>/experiences/_pending/` (`operators.sinks.parquet.write_fragments`), and the driver commits each
+step once, in order. The sinks differ only in where a committed step lives: a `step_N/` folder (Parquet) or
 rows in two SQL tables.
 """
 
@@ -15,7 +15,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from operators.parquet_sink import ParquetSink
+from operators.sinks.parquet import ParquetSink
 from schemas.config import SQL_NAME_MAX, ExperienceBufferConfig
 
 STAGING = "experiences"  # under the run dir: Parquet's committed steps, and every sink's pending fragments
@@ -65,7 +65,7 @@ def open_sink(cfg: ExperienceBufferConfig, run_dir: Path) -> Sink:
     root = run_dir / STAGING
     if cfg.storage_type == "parquet":
         return ParquetSink(root)
-    from operators.sql_sink import SqlSink
+    from operators.sinks.sql import SqlSink
 
     url = cfg.path or f"sqlite:///{run_dir / SQLITE_FILE}"
     return SqlSink(root, url, cfg.name or default_table_name(run_dir.name))

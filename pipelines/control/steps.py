@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.sinks import Sink
-from operators.taskset_reader import TasksetPlan
+from operators.sinks.base import Sink
+from operators.tasks.reader import TasksetPlan
 
 
 @dataclass
@@ -48,7 +48,7 @@ class StepCommitter:
     """A step commits when every sub-run of its tasks has reported (ok or failed) and all earlier steps have.
 
     `rows_per_task` is how many records each task yields: its sub-runs, as
-    `operators.workflow_runner.runs_per_task(repeat_times, max_repeat_times_per_runner)` counts them.
+    `operators.rollout.runner.runs_per_task(repeat_times, max_repeat_times_per_runner)` counts them.
     """
 
     def __init__(

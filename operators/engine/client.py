@@ -7,7 +7,8 @@ import hashlib
 import time
 from typing import Any
 
-from operators.engine import EngineGone, Generation, Sample
+from operators.actors.names import find_actor
+from operators.engine.actor import EngineGone, Generation, Sample
 
 RETRY_POLL_S = 1.0  # how often a call to a lost engine looks for its replacement
 # A replacement takes the name within seconds of the old actor's removal; a name unused for longer than this
@@ -123,11 +124,4 @@ def engine_lost(exc: BaseException) -> bool:
 
 def lookup_engine(name: str) -> Any:
     """The actor now registered under `name` (a replacement, once the supervisor has made it), or None."""
-    import ray
-
-    from pipelines.runtime import NAMESPACE
-
-    try:
-        return ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:  # between the old actor's removal and its replacement's creation
-        return None
+    return find_actor(name)

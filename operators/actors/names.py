@@ -1,0 +1,22 @@
+"""The one Ray namespace of rftflow's named actors, and lookups by name.
+
+Engines, the step gate, the weight hub and the experience queue are found by name, from the driver and from
+Ray Data workers on any node alike, so the names and their namespace live here, below everything that uses
+them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAMESPACE = "rftflow"
+
+
+def find_actor(name: str) -> Any | None:
+    """The actor registered under `name` now, or None (between a replacement's kill and its creation)."""
+    import ray  # heavy, deferred: the driver's modules import without Ray
+
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return None

@@ -1,0 +1,1 @@
+"""The checkpoint benchmark: choosing checkpoints, the evaluation loop, its state, statistics and report."""
