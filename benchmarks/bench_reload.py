@@ -63,7 +63,8 @@ def make_checkpoints(model: Path, root: Path, count: int) -> list[Path]:
 
 def main() -> None:
     args = parse_args()
-    from pipelines.bench import Selection, benchmark
+    from pipelines.benchmark.selection import Selection
+    from pipelines.benchmark.session import benchmark
     from pipelines.control.runtime import init_ray
     from schemas.config import DEFAULT_EVAL, load_config
 

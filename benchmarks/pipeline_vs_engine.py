@@ -69,7 +69,7 @@ async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
     """Requests straight into an in-process AsyncLLM, with as many in flight as the pipeline allows."""
     from operators.engine.actor import VLLMEngine
     from operators.engine.client import derive_seed, sampling_params
-    from operators.workflows.math import task_messages
+    from operators.workflows.single_turn import task_messages
 
     engine = VLLMEngine(str(cfg.model.model_path), cfg.explorer.rollout_model.model_dump(mode="json"))
     try:
@@ -102,23 +102,24 @@ def pipeline(cfg, run_dir: Path) -> tuple[int, float, int, float]:
     import ray
     from mlflow import MlflowClient
 
-    from pipelines.control.runtime import init_ray, start_engines, stop_engines
+    from pipelines.control.fleet import EngineFleet
+    from pipelines.control.runtime import init_ray
     from pipelines.explore import explore
 
     init_ray(cfg.ray)
-    engines = start_engines(cfg, "bench")
+    engines = EngineFleet(cfg, "bench").start()
     try:
         ray.get(
             [
                 e.chat.remote([{"role": "user", "content": "What is 1 + 1?"}], {"n": 2})
-                for e in engines.handles
+                for e in engines.handles  # warm-up requests straight to the engine actors
             ]
         )
         started = time.perf_counter()
         summary = explore(cfg, run_dir, progress=False, engines=engines)
         seconds = time.perf_counter() - started
     finally:
-        stop_engines(engines)
+        engines.stop()
     table = pq.read_table(run_dir / "experiences")
     lengths = pc.list_value_length(table.column("response_ids"))
     warm_tokens = pc.sum(pc.filter(lengths, pc.greater(table.column("step"), 1))).as_py()

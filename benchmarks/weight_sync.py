@@ -1,7 +1,7 @@
 """In-place weight sync vs an engine cold start, per weight source, side by side in one run.
 
 For each model (the bundled tiny one and a ~100M-parameter random Llama built by `make_random_model.py`),
-one engine actor is started the explorer's way (`start_engines`: launch + wait ready) and that time is the
+one engine actor is started the explorer's way (`EngineFleet.start`: launch + wait ready) and that time is the
 cold start. Then, for each source, `--repeats` versions of the weights (the base tensors times a factor
 that differs per version) are synced through the explorer's driver-side path, `WeightSyncer`:
 
@@ -180,12 +180,12 @@ class Bench:
 
     def cold_start(self) -> None:
         """One engine actor, the explorer's way: launch and wait until its model is loaded."""
-        from pipelines.control.runtime import start_engines
+        from pipelines.control.fleet import EngineFleet
         from schemas.config import Config
 
         cfg = Config.model_validate({"model": {"model_path": str(self.path)}})
         started = time.perf_counter()
-        self.engines = start_engines(cfg, f"bench-weight-sync-{self.result.name}")
+        self.engines = EngineFleet(cfg, f"bench-weight-sync-{self.result.name}").start()
         self.result.cold_start_s = time.perf_counter() - started
 
     def measure(self, kind: str) -> SourceResult:
@@ -206,7 +206,7 @@ class Bench:
                 source = HubSource(self.hub, kind, self.expected)
             if kind == "broadcast":
                 self.result.group_open_s = self.open_group()
-            syncer = WeightSyncer(source, self.engines.handles, TIMEOUT_S)
+            syncer = WeightSyncer(source, self.engines, TIMEOUT_S)
             for _ in range(self.repeats):
                 self.sync_once(kind, syncer, root, out)
                 if out.error:
@@ -275,9 +275,8 @@ class Bench:
     def close(self) -> None:
         import ray
 
-        from pipelines.control.runtime import stop_engines
-
-        stop_engines(self.engines)
+        if self.engines is not None:
+            self.engines.stop()
         if self.hub is not None:
             ray.kill(self.hub)
         self.engines = self.hub = self.group = None

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from operators.rollout.plugins import PluginError
-from pipelines.control.runtime import EngineSet
+from pipelines.cli import add_config_arguments, logging_to_console
+from pipelines.control.fleet import EngineFleet
 from schemas.config import Config, load_config
 from schemas.errors import InputError
 
@@ -33,19 +34,6 @@ outputs (under --run-dir):
   config.yaml                         the resolved configuration
   checkpoints/global_step_N/          model versions (with --with-trainer and checkpoint sync)
 """
-
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--config` and `--set`, the same in every rftflow command that reads a config."""
-    parser.add_argument("--config", type=Path, help="YAML config file (fields documented in the README)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one config field by dotted path, e.g. --set buffer.batch_size=16 (repeatable)",
-    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -156,17 +144,18 @@ def explore(
     ray_address: str | None = None,
     mlflow_uri: str | None = None,
     progress: bool = True,
-    engines: EngineSet | None = None,
+    engines: EngineFleet | None = None,
     verbose: bool = False,
     with_trainer: bool = False,
     trainer_lr: float | None = None,
 ) -> Summary:
     """Run (or resume) an explore run to its end with the `Explorer`, and summarise it.
 
-    `engines` lets a caller (a benchmark, a test) reuse warm engine actors; they are then left running.
+    `engines` lets a caller (a benchmark, a test) reuse a started `EngineFleet`; it is then left running.
     Input errors surface before any engine starts; a failed run keeps its committed steps and nothing else.
     """
-    from pipelines.control.explorer import Explorer
+    # --help and input errors answer without Ray and MLflow, which the explorer imports
+    from pipelines.control.explorer import Explorer  # heavy, deferred (see above)
 
     explorer = Explorer(
         cfg,
@@ -207,13 +196,13 @@ def explore(
         mlflow_run_id=explorer.monitor.run_id,
         store=explorer.sink.describe(),
         model_version=explorer.state.model_version,
-        step_rewards=explorer.step_rewards,
+        step_rewards=explorer.reporter.step_rewards if explorer.reporter else {},
     )
 
 
 def start_trainer(explorer, lr: float | None = None) -> tuple:
     """The reference trainer as a Ray actor, following this run from the version it has reached."""
-    from pipelines.reference.trainer import TrainerOptions, start_trainer_actor
+    from pipelines.reference.trainer import TrainerOptions, start_trainer_actor  # heavy (torch), deferred
 
     cfg = explorer.config
     options = TrainerOptions(
@@ -236,14 +225,14 @@ async def finish_trainer(trainer: tuple, timeout: float) -> None:
 
     Only for checkpoints: a last version in memory or over broadcast has no explorer left to take it.
     """
-    import ray
+    import ray  # heavy, deferred: --help and input errors answer without Ray
 
     _, running = trainer
     await asyncio.to_thread(ray.wait, [running], timeout=timeout)
 
 
 def stop_trainer(trainer: tuple) -> None:
-    import ray
+    import ray  # heavy, deferred: --help and input errors answer without Ray
 
     actor, _ = trainer
     with contextlib.suppress(Exception):  # a dead or stuck trainer is killed all the same
@@ -258,16 +247,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = build_config(args)
         run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        summary = explore(
-            cfg,
-            run_dir,
-            ray_address=args.ray_address,
-            mlflow_uri=args.mlflow_uri,
-            progress=not args.no_progress,
-            verbose=args.verbose,
-            with_trainer=args.with_trainer,
-            trainer_lr=args.trainer_lr,
-        )
+        with logging_to_console(args.verbose):
+            summary = explore(
+                cfg,
+                run_dir,
+                ray_address=args.ray_address,
+                mlflow_uri=args.mlflow_uri,
+                progress=not args.no_progress,
+                verbose=args.verbose,
+                with_trainer=args.with_trainer,
+                trainer_lr=args.trainer_lr,
+            )
     except (InputError, PluginError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

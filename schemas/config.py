@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas.errors import InputError
@@ -29,36 +30,55 @@ class Strict(BaseModel):
 class RolloutArgs(Strict):
     """Sampling settings for one taskset; `n` is taken from repeat_times."""
 
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1)
-    max_tokens: int = Field(16, ge=1)
-    logprobs: int = Field(0, ge=0, description="extra top-k logprobs; the sampled token's is always kept")
+    temperature: float = Field(1.0, ge=0.0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
+    top_k: int = Field(-1, ge=-1, description="top-k sampling (-1: off)")
+    max_tokens: int = Field(16, ge=1, description="max response tokens")
+    logprobs: int = Field(
+        0, ge=0, description="extra top-k logprobs per token; the sampled token's is always kept"
+    )
     seed: int | None = Field(
-        0, description="base sampling seed; each (task, run) derives its own. null: random"
+        0,
+        description="base sampling seed: each (task, run) derives its own, so a rerun samples the same "
+        "responses (null: random)",
     )
 
 
 class FormatConfig(Strict):
-    prompt_key: str = "prompt"
-    response_key: str = "answer"
-    messages_key: str | None = None
+    prompt_key: str = Field("prompt", description="prompt field")
+    response_key: str = Field("answer", description="reference-answer field")
+    messages_key: str | None = Field(
+        None, description="chat-messages field, used in place of the prompt when set"
+    )
 
 
 class TasksetConfig(Strict):
-    name: str = "arith"
-    path: Path = DEFAULT_TRAIN
+    name: str = Field("arith", description="taskset name, used in `task_uid` and metrics")
+    path: Path = Field(
+        DEFAULT_TRAIN,
+        description="file or directory",
+        json_schema_extra={"doc_default": "bundled `arith/train.jsonl`"},
+    )
     format: FormatConfig = FormatConfig()
     rollout_args: RolloutArgs = RolloutArgs()
-    repeat_times: int = Field(4, ge=1)
+    repeat_times: int = Field(4, ge=1, description="samples per task (vLLM `n`)")
     default_workflow_type: str | None = Field(
-        None, description="workflow name (null: math for training, default_eval_workflow_type for eval)"
+        None,
+        description="workflow name (see Workflows); null: `math` for training, `default_eval_workflow_type` "
+        "for eval",
     )
-    default_reward_fn_type: str | None = Field(None, description="reward function (null: the workflow's own)")
-    workflow_args: dict[str, Any] = {}
-    reward_fn_args: dict[str, Any] = {}
+    default_reward_fn_type: str | None = Field(
+        None, description="reward function name; null: the workflow's own (`math_accuracy` for `math`)"
+    )
+    workflow_args: dict[str, Any] = Field(
+        {}, description="passed to the workflow; `math` reads `system_prompt`"
+    )
+    reward_fn_args: dict[str, Any] = Field({}, description="keyword arguments of the reward function")
     on_bad_row: Literal["raise", "skip"] = Field(
-        "raise", description="a row that cannot become a task: raise (name it, stop) or skip (count, report)"
+        "raise",
+        description="a row that cannot become a task (bad JSON, not UTF-8, a missing or wrong field): "
+        "`raise` stops before any engine starts, naming file, line and field; `skip` leaves it out (it takes "
+        "no position), counts it in `pipeline/skipped_rows/<taskset>` and prints the first reasons",
     )
     # 16 MiB holds a million-token prompt (~4 bytes a token) four times over, yet bounds what one line costs;
     # 1 GiB keeps a row far inside Arrow's 2 GiB per string array.
@@ -66,15 +86,21 @@ class TasksetConfig(Strict):
         16 * 2**20,
         ge=1,
         le=2**30,
-        description="longest jsonl line (without its newline), or Parquet prompt/answer, in bytes; a longer "
-        "one is a bad row",
+        description="longest jsonl line (without its newline), or a Parquet row's prompt (or messages) or "
+        "answer, in bytes (16 MiB; at most 1 GiB); a longer one is a bad row, read past in 256 KiB chunks "
+        "and never held whole",
     )
 
 
 class ExplorerInput(Strict):
     taskset: TasksetConfig = TasksetConfig()
-    eval_tasksets: list[TasksetConfig] = Field([], description="evaluated whole, on the same engines")
-    default_eval_workflow_type: str = Field("eval_math", description="workflow for eval tasksets")
+    eval_tasksets: list[TasksetConfig] = Field(
+        [],
+        description="tasksets with the same fields as `taskset`, each evaluated whole, on the same engines",
+    )
+    default_eval_workflow_type: str = Field(
+        "eval_math", description="workflow of eval tasksets that name none"
+    )
 
     def workflow_for(self, taskset: TasksetConfig, is_eval: bool) -> str:
         return taskset.default_workflow_type or (self.default_eval_workflow_type if is_eval else "math")
@@ -84,22 +110,33 @@ class ExperienceBufferConfig(Strict):
     """Where committed experiences go (Trinity-RFT's `trainer_input.experience_buffer`)."""
 
     storage_type: Literal["parquet", "sql"] = Field(
-        "parquet", description="parquet: RUN_DIR/experiences/step_N/; sql: tables in a SQLAlchemy database"
+        "parquet",
+        description="where committed experiences go: `parquet` (`experiences/step_N/` folders) or `sql` (two "
+        "tables in a SQLAlchemy database; see Sinks)",
     )
     path: str | None = Field(
-        None, description="sql: a SQLAlchemy URL (default: sqlite:///<abs run dir>/experiences.db)"
+        None,
+        description="`sql`: a SQLAlchemy URL (default `sqlite:///<absolute run dir>/experiences.db`; "
+        "PostgreSQL: `postgresql+psycopg://user:password@host/db`). Must be null for `parquet`",
     )
     name: str | None = Field(
         None,
         pattern=SQL_NAME,
         max_length=SQL_NAME_MAX,
-        description="sql: the experience table (default: the run dir's name); its commit log is <name>_steps",
+        description="`sql`: the experience table (default: the run dir's name with non-word characters as "
+        "`_`); its commit log is `<name>_steps`. Letters, digits and `_`, at most 48",
     )
     queue_capacity: int | None = Field(
-        None, ge=1, description="also feed committed steps to a Ray queue of this many steps (null: no queue)"
+        None,
+        ge=1,
+        description="also feed each committed step to the Ray queue `<run name>/experience_queue`, holding "
+        "at most this many steps (null: no queue)",
     )
     queue_timeout: float = Field(
-        600.0, gt=0.0, description="seconds a committed step may wait for room in a full queue (then: fail)"
+        600.0,
+        gt=0.0,
+        description="seconds a committed step may wait for room in a full queue before the run fails (the "
+        "step stays committed in the store)",
     )
 
     @model_validator(mode="after")
@@ -115,33 +152,49 @@ class TrainerInput(Strict):
 
 class BufferConfig(Strict):
     batch_size: int = Field(8, ge=1, description="tasks per step")
-    total_epochs: int = Field(1, ge=1)
-    total_steps: int | None = Field(None, ge=1, description="stop after this many steps (null: all epochs)")
+    total_epochs: int = Field(1, ge=1, description="passes over the taskset")
+    total_steps: int | None = Field(
+        None,
+        ge=1,
+        description="stop after this many steps (null: all epochs; the CLI without `--config` uses 4)",
+    )
     explorer_input: ExplorerInput = ExplorerInput()
     trainer_input: TrainerInput = TrainerInput()
 
 
 class ModelConfig(Strict):
-    model_path: Path = DEFAULT_MODEL
+    model_path: Path = Field(
+        DEFAULT_MODEL,
+        description="a Hugging Face model directory (safetensors, tokenizer, chat template)",
+        json_schema_extra={"doc_default": "bundled `tiny-arith-llama`"},
+    )
 
 
 class RolloutModelConfig(Strict):
-    engine_num: int = Field(1, ge=1)
-    tensor_parallel_size: int = Field(1, ge=1)
-    device: Literal["auto", "cpu", "gpu"] = "auto"
-    dtype: str = "auto"
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="GPU only")
-    cpu_kvcache_space_gib: int = Field(1, ge=1, description="CPU only: KV cache size in GiB")
-    max_model_len: int = Field(256, ge=16)
-    enforce_eager: bool = True
-    seed: int = 0
+    engine_num: int = Field(1, ge=1, description="engine actors")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine")
+    device: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="`auto` (GPU if the Ray cluster has one), `cpu` or `gpu`"
+    )
+    dtype: str = Field("auto", description="vLLM dtype")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0.0, le=1.0, description="GPU only: share of GPU memory for vLLM"
+    )
+    cpu_kvcache_space_gib: int = Field(
+        1, ge=1, description="CPU only: KV cache size in GiB (`VLLM_CPU_KVCACHE_SPACE`)"
+    )
+    max_model_len: int = Field(256, ge=16, description="prompt plus response tokens")
+    enforce_eager: bool = Field(True, description="no CUDA graphs or torch.compile (required on CPU)")
+    seed: int = Field(0, description="engine seed")
     engine_cpus: float = Field(1.0, gt=0.0, description="Ray CPUs reserved per engine actor")
     max_prompt_tokens: int | None = Field(
-        None, ge=1, description="longest prompt in tokens (null: what max_model_len leaves room for)"
+        None, ge=1, description="longest prompt in tokens (null: what `max_model_len` leaves room for)"
     )
     prompt_overflow: Literal["refuse", "truncate"] = Field(
         "refuse",
-        description="a longer prompt: refuse (the task fails with a message) or keep its last tokens",
+        description="a longer prompt: `refuse` (the task fails at once, unretried, with the token count in "
+        "its message) or `truncate` (keep its last `max_prompt_tokens` tokens, where a chat template puts "
+        "the question's end and the generation prompt)",
     )
 
     @model_validator(mode="after")
@@ -157,29 +210,54 @@ class RolloutModelConfig(Strict):
 
 class ExplorerConfig(Strict):
     rollout_model: RolloutModelConfig = RolloutModelConfig()
-    runner_per_model: int = Field(4, ge=1, description="rollout requests in flight per engine, in batches")
-    max_timeout: float = Field(900.0, gt=0.0, description="seconds per task attempt")
-    max_retry_times: int = Field(2, ge=0)
+    runner_per_model: int = Field(4, ge=1, description="task batches in flight per engine")
+    max_timeout: float = Field(
+        900.0, gt=0.0, description="seconds per task attempt; a timed-out attempt is cancelled"
+    )
+    max_retry_times: int = Field(
+        2, ge=0, description="retries after an exception, a timeout or a malformed experience"
+    )
     max_repeat_times_per_runner: int | None = Field(
-        None, ge=1, description="split a task's repeats into runs of at most this many (null: no split)"
+        None,
+        ge=1,
+        description="split a task's repeats into sub-runs of at most this many, each with its own status "
+        "(null: no split)",
     )
     batch_timeout: float | None = Field(
-        None, gt=0.0, description="seconds for one rollout batch; unfinished tasks are cancelled and reported"
+        None,
+        gt=0.0,
+        description="seconds per rollout batch; unfinished sub-runs are cancelled and reported as failed",
     )
-    eval_interval: int = Field(100, ge=1, description="evaluate every N steps (when eval_tasksets are set)")
-    eval_on_startup: bool = Field(True, description="evaluate at step 0 (when eval_tasksets are set)")
+    eval_interval: int = Field(100, ge=1, description="evaluate every N steps (when `eval_tasksets` are set)")
+    eval_on_startup: bool = Field(
+        True,
+        description="also evaluate at step 0 when `eval_tasksets` are set (and `benchmark()` includes the "
+        "base model)",
+    )
     bench_on_latest_checkpoint: bool = Field(
-        False, description="benchmark(): only the newest checkpoint (plus the base when eval_on_startup)"
+        False,
+        description="`benchmark()`: only the newest checkpoint in `checkpoint_dir` (plus the base model when "
+        "`eval_on_startup`)",
     )
     health_check_interval: float | None = Field(
-        5.0, gt=0.0, description="seconds between engine health checks (null: no checks, no restarts)"
+        5.0,
+        gt=0.0,
+        description="seconds between engine health checks (null: no checks, no restarts; see Failures and "
+        "recovery)",
     )
-    health_check_timeout: float = Field(60.0, gt=0.0, description="an engine silent this long is replaced")
-    max_engine_restarts: int = Field(3, ge=0, description="replacements per engine before the run fails")
+    health_check_timeout: float = Field(
+        60.0,
+        gt=0.0,
+        description="an engine that does not answer a check within this many seconds is replaced",
+    )
+    max_engine_restarts: int = Field(
+        3, ge=0, description="replacements per engine before the run stops with a message"
+    )
     engine_restart_timeout: float = Field(
         600.0,
         gt=0.0,
-        description="seconds a replacement may take to start on the current version; requests wait as long",
+        description="seconds a replacement may take to start and load the current version; a request to a "
+        "lost engine waits this long for it",
     )
 
 
@@ -188,45 +266,67 @@ class SynchronizerConfig(Strict):
 
     sync_method: Literal["none", "checkpoint", "broadcast", "memory"] = Field(
         "none",
-        description="weight source; none: fixed weights; checkpoint: global_step_N/ dirs in checkpoint_dir; "
-        "broadcast: torch.distributed from the trainer; memory: a state dict through the Ray object store",
+        description="weight source: `none` (fixed weights), `checkpoint` (`global_step_N/` dirs in "
+        "`checkpoint_dir`), `broadcast` (torch.distributed from the trainer) or `memory` (a state dict "
+        "through the Ray object store); see Weight sync",
     )
     checkpoint_dir: Path | None = Field(
-        None, description="checkpoint: where the trainer writes global_step_N/ (default: RUN_DIR/checkpoints)"
+        None,
+        description="`checkpoint`: where the trainer writes `global_step_N/` "
+        "(default `<run dir>/checkpoints`)",
     )
     max_staleness: int | None = Field(
-        None, ge=0, description="versions an experience may lag the trainer's newest; staler ones are dropped"
+        None,
+        ge=0,
+        description="drop experiences more than this many versions behind the trainer's newest when their "
+        "step commits (null: keep all)",
     )
-    sync_style: Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"] = "fixed"
+    sync_style: Literal["fixed", "dynamic_by_explorer", "dynamic_by_trainer"] = Field(
+        "fixed", description="`fixed`, `dynamic_by_explorer` or `dynamic_by_trainer` (see Steps and syncs)"
+    )
     sync_interval: int = Field(1, ge=1, description="steps per period")
     sync_offset: int = Field(0, ge=0, description="steps explored before the first sync")
-    sync_timeout: float = Field(1200.0, gt=0.0, description="seconds to wait for a newer version")
+    sync_timeout: float = Field(
+        1200.0,
+        gt=0.0,
+        description="seconds a sync waits for a newer version (then it goes on with the old weights), and "
+        "the limit on each load",
+    )
     trainer_status: str | None = Field(
         None,
-        description="a trainer status JSON file, or actor:<name> of a status actor (default: the weight hub "
-        "for memory/broadcast, <checkpoint_dir>/trainer_status.json for checkpoint)",
+        description="the trainer's status: a JSON file, or `actor:<name>` of a named actor with "
+        "`get_status()`. Default: `<checkpoint_dir>/trainer_status.json` for `checkpoint`, the weight hub "
+        "for `memory`/`broadcast`",
     )
 
 
 class MonitorConfig(Strict):
-    mlflow_uri: str | None = Field(None, description="default: sqlite:///<abs run dir>/mlflow.db")
-    experiment: str | None = Field(None, description="MLflow experiment (default: the config's `project`)")
+    mlflow_uri: str | None = Field(
+        None, description="tracking URI (default `sqlite:///<absolute run dir>/mlflow.db`)"
+    )
+    experiment: str | None = Field(None, description="MLflow experiment (default: `project`)")
     sample_rollouts: int = Field(8, ge=0, description="rollouts per step kept in the MLflow samples table")
 
 
 class RayConfig(Strict):
-    address: str | None = None
+    address: str | None = Field(None, description="Ray cluster to join (`--ray-address` overrides it)")
     num_cpus: int | None = Field(
-        None, ge=1, description="logical CPUs for a local cluster (default: max(4, cores))"
+        None, ge=1, description="logical CPUs of a local Ray (default: max(4, cores))"
     )
-    object_store_memory_mib: int = Field(512, ge=64)
+    object_store_memory_mib: int = Field(
+        512,
+        ge=64,
+        description="object store size of a local Ray; for `memory` sync give it at least twice the model's "
+        "bytes",
+    )
 
 
 class Config(Strict):
-    project: str = Field("rftflow", description="MLflow experiment name unless monitor.experiment is set")
-    name: str = Field("explore", description="run name; the default run dir is runs/<name>-<timestamp>")
+    project: str = Field("rftflow", description="MLflow experiment name, unless `monitor.experiment` is set")
+    name: str = Field("explore", description="run name; the default run dir is `runs/<name>-<timestamp>`")
     plugin_dirs: list[Path] = Field(
-        [], description="folders of workflow/reward modules, loaded in every worker"
+        [],
+        description="folders of workflow/reward modules, loaded in every worker (`--plugin-dir` adds to it)",
     )
     model: ModelConfig = ModelConfig()
     buffer: BufferConfig = BufferConfig()
@@ -249,8 +349,6 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
 
 def parse_override(text: str) -> tuple[str, Any]:
     """`a.b=c` with c read as YAML, so numbers, booleans and null have their usual types."""
-    import yaml
-
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise InputError(f"expected key=value, got '{text}'", field="--set")
@@ -259,8 +357,6 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def load_config(path: Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read YAML (optional), apply `--set` overrides, validate; errors name the file and the key path."""
-    import yaml
-
     tree: dict[str, Any] = {}
     source = str(path) if path else "--set"
     if path is not None:

@@ -14,21 +14,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session")
 def engines():
-    """One engine actor for the stack tests that reuse engines (an engine start takes 15-40 s).
+    """One started `EngineFleet` of one engine for the stack tests that share engines (a start takes 15-40 s).
 
     Each `Explorer` puts the engines back on its own run's model version when it prepares, so tests that sync
     weights leave nothing behind for the next.
     """
     from integration_settings import BASE
 
-    from pipelines.control.runtime import init_ray, start_engines, stop_engines
+    from pipelines.control.fleet import EngineFleet
+    from pipelines.control.runtime import init_ray
     from schemas.config import load_config
 
     cfg = load_config(None, BASE)
     init_ray(cfg.ray)
-    engines = start_engines(cfg, "integration-tests")
-    yield engines
-    stop_engines(engines)
+    fleet = EngineFleet(cfg, "integration-tests").start()
+    yield fleet
+    fleet.stop()
 
 
 @pytest.fixture(scope="session")

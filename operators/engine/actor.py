@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from operators.engine.proc_stats import process_tree_memory
 from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
+from operators.engine.transfer import from_wire, stage_state_dict
 from schemas.config import RolloutModelConfig
 from schemas.errors import TaskInputError
 
@@ -49,7 +51,7 @@ class Generation:
 def use_gpu(cfg: RolloutModelConfig) -> bool:
     if cfg.device != "auto":
         return cfg.device == "gpu"
-    import torch
+    import torch  # heavy, deferred: the driver imports this module (to start engines) without torch
 
     return torch.cuda.is_available()
 
@@ -71,8 +73,8 @@ class VLLMEngine:
         rollout = RolloutModelConfig.model_validate(cfg)
         gpu = use_gpu(rollout)
         os.environ.update(engine_env(rollout, gpu))
-        from vllm import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm import AsyncEngineArgs  # heavy, deferred: only the engine process imports vLLM
+        from vllm.v1.engine.async_llm import AsyncLLM  # heavy, deferred: as above
 
         args = AsyncEngineArgs(
             model=str(model_path),
@@ -108,8 +110,6 @@ class VLLMEngine:
 
     def memory(self) -> dict[int, dict[str, int]]:
         """Resident and peak memory of this actor's process and its children (the vLLM core), by pid."""
-        from operators.engine.proc_stats import process_tree_memory
-
         return process_tree_memory(os.getpid())
 
     def get_model_version(self) -> int:
@@ -141,8 +141,8 @@ class VLLMEngine:
 
     async def generate(self, prompt: str | list[int], sampling: dict[str, Any]) -> dict[str, Any]:
         """Sample `sampling['n']` responses; logprobs are those of the sampled tokens."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm import SamplingParams  # heavy, deferred: only the engine process imports vLLM
+        from vllm.sampling_params import RequestOutputKind  # heavy, deferred: as above
 
         prompt_ids = self.fit_prompt(
             self.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else list(prompt)
@@ -211,8 +211,6 @@ class VLLMEngine:
         thread, so requests in flight keep streaming); the worker then maps that file. Sending them through
         vLLM's RPC instead would copy every byte four times inside the pause.
         """
-        from operators.engine.transfer import stage_state_dict
-
         staged = await asyncio.to_thread(stage_state_dict, state)
         try:
 
@@ -243,8 +241,6 @@ class VLLMEngine:
 
     async def get_weight(self, name: str):
         """The tensor the engine holds under vLLM's parameter name, in the engine's dtype."""
-        from operators.engine.transfer import from_wire
-
         return from_wire((await self.llm.collective_rpc("rftflow_get", args=(name,)))[0])[1]
 
     def shutdown(self) -> None:

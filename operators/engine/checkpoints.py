@@ -9,17 +9,25 @@ cheap whatever the model's size.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import re
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
+
+from schemas.atomic import atomic_replace
+from schemas.run_dir import (
+    CHECKPOINT_DIR,
+    checkpoint_dir_name,
+    checkpoint_version,
+    partial_checkpoint_dir_name,
+)
 
 # name -> (shape, dtype as torch names it)
 TensorMetaMap = dict[str, tuple[list[int], str]]
 
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
+STEP_DIR = CHECKPOINT_DIR
 SAFETENSORS_DTYPES = {
     "F64": "float64",
     "F32": "float32",
@@ -36,14 +44,15 @@ SAFETENSORS_DTYPES = {
 SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
 SIDE_SUFFIXES = (".jinja", ".model", ".txt")
 
+HASH_CHUNK = 1 << 20  # bytes read at a time when hashing weights
+
 
 class CheckpointError(ValueError):
     """A checkpoint that must not be loaded; the message names the directory, file and tensor."""
 
 
 def step_of(path: Path) -> int | None:
-    match = STEP_DIR.match(Path(path).name)
-    return int(match.group(1)) if match else None
+    return checkpoint_version(Path(path).name)
 
 
 def find_checkpoints(root: Path) -> list[tuple[int, Path]]:
@@ -125,6 +134,32 @@ def weight_files(directory: Path) -> list[Path]:
     return files
 
 
+def weights_hash(directory: Path, cache: dict[str, Any] | None = None) -> str:
+    """sha256 over the safetensors files' names and bytes (streamed), cached by each file's size and mtime.
+
+    The one identity of a model's weights: identical weights in two directories get one hash (a copy already
+    benchmarked is not run again), and the tiny-model build records it to prove itself deterministic.
+    """
+    files = weight_files(directory)
+    stamp = []
+    for path in files:
+        stat = path.stat()
+        stamp.append([path.name, stat.st_size, stat.st_mtime_ns])
+    key = str(Path(directory).resolve())
+    if cache is not None and cache.get(key, {}).get("files") == stamp:
+        return cache[key]["sha256"]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as f:
+            while chunk := f.read(HASH_CHUNK):
+                digest.update(chunk)
+    value = digest.hexdigest()
+    if cache is not None:
+        cache[key] = {"files": stamp, "sha256": value}
+    return value
+
+
 def tensor_meta(directory: Path) -> TensorMetaMap:
     """Every tensor of a model directory with its shape and dtype, from the headers alone."""
     meta: TensorMetaMap = {}
@@ -187,12 +222,16 @@ def file_size(path: Path) -> int:
 
 
 def write_checkpoint(root: Path, step: int, state_dict: dict, base_dir: Path) -> Path:
-    """Write `root/global_step_<step>/` whole or not at all: written aside, then renamed."""
-    from safetensors.torch import save_file
+    """Write `root/global_step_<step>/` whole or not at all: written aside, fsynced, then renamed.
+
+    An older `global_step_<step>/` is removed first (a rename cannot replace a non-empty directory): a crash
+    in between leaves no checkpoint of that step, never half of one.
+    """
+    from safetensors.torch import save_file  # heavy (torch), deferred: checks read headers without torch
 
     root = Path(root)
-    final = root / f"global_step_{step}"
-    partial = root / f".global_step_{step}.partial"
+    final = root / checkpoint_dir_name(step)
+    partial = root / partial_checkpoint_dir_name(step)
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     tensors = {name: t.detach().contiguous().cpu() for name, t in state_dict.items()}
@@ -202,5 +241,5 @@ def write_checkpoint(root: Path, step: int, state_dict: dict, base_dir: Path) ->
             shutil.copy2(path, partial / path.name)
     if final.exists():
         shutil.rmtree(final)
-    os.replace(partial, final)
+    atomic_replace(partial, final)
     return final

@@ -64,7 +64,7 @@ class EngineClient:
                 try:
                     return await ref
                 except asyncio.CancelledError:
-                    import ray
+                    import ray  # heavy, deferred: the driver imports this module without Ray
 
                     ray.cancel(ref)  # a timed-out attempt must not keep generating
                     raise
@@ -117,7 +117,7 @@ class Patience:
 
 def engine_lost(exc: BaseException) -> bool:
     """The engine actor died or is unreachable, or its vLLM core died: not the request's fault."""
-    from ray.exceptions import RayActorError
+    from ray.exceptions import RayActorError  # heavy, deferred: imported without Ray
 
     return isinstance(exc, RayActorError | EngineGone)
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tokenizers.pre_tokenizers import ByteLevel
+
 from schemas.errors import TaskInputError
 
 # Pre-tokenizers that split text without dropping any of it (unless told to remove what they split on).
@@ -27,8 +29,6 @@ KEEPING_PRE_TOKENIZERS = frozenset({"ByteLevel", "Digits", "Split", "Punctuation
 
 def max_token_bytes(tokenizer: Any) -> int | None:
     """The most bytes of text one token can stand for, or None where no such bound is known to hold."""
-    from tokenizers.pre_tokenizers import ByteLevel
-
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:  # not a Hugging Face fast tokenizer: nothing is known
         return None

@@ -1,6 +1,8 @@
 """Moving tensors between a trainer and engine workers, bit for bit: wire form, buckets, broadcast group.
 
 Both sides import this: the trainer (rank 0) packs and broadcasts, the engine workers receive and unpack.
+The engine actor's module imports it too, and the driver imports that one (to start engines) without torch,
+so torch, safetensors.torch, Ray and vLLM are imported by the functions that use them.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ import shutil
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # (name, shape, dtype name): what the trainer announces and what a receiver allocates
 TensorMeta = tuple[str, list[int], str]
@@ -22,6 +25,8 @@ BUCKET_BYTES = 256 * 2**20
 
 
 def dtype_of(name: str) -> torch.dtype:
+    import torch  # heavy, deferred: see the module docstring
+
     dtype = getattr(torch, name.removeprefix("torch."), None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown tensor dtype '{name}'")
@@ -43,22 +48,30 @@ def buckets(meta: list[TensorMeta], limit: int = BUCKET_BYTES) -> list[list[Tens
 
 
 def nbytes_of(entry: TensorMeta) -> int:
+    import torch  # heavy, deferred: see the module docstring
+
     _, shape, dtype = entry
     return int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype_of(dtype)).element_size()
 
 
 def pack(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Tensors as one flat byte buffer (bit-exact, whatever their dtypes)."""
+    import torch  # heavy, deferred: see the module docstring
+
     return torch.cat([t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors])
 
 
 def to_wire(name: str, tensor: torch.Tensor) -> WireTensor:
+    import torch  # heavy, deferred: see the module docstring
+
     tensor = tensor.detach().cpu().contiguous()
     dtype = str(tensor.dtype).removeprefix("torch.")
     return (name, list(tensor.shape), dtype, tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
 def from_wire(wire: WireTensor) -> tuple[str, torch.Tensor]:
+    import torch  # heavy, deferred: see the module docstring
+
     name, shape, dtype, data = wire
     flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
     return name, flat.view(dtype_of(dtype)).reshape(shape)
@@ -81,10 +94,10 @@ def stage_state_dict(state: dict[str, torch.Tensor] | list[Any]) -> Path:
     It goes to shared memory when that has room (the engine worker on this node then maps it), else to the
     temp dir. The caller removes the file's directory.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # heavy (imports torch), deferred: as torch
 
     if isinstance(state, list):
-        import ray
+        import ray  # heavy, deferred: only for a state dict in Ray's object store
 
         state = ray.get(state[0])
     tensors = {name: t.detach().contiguous().cpu() for name, t in state.items()}
@@ -99,7 +112,9 @@ def stage_state_dict(state: dict[str, torch.Tensor] | list[Any]) -> Path:
 
 def open_group(address: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float):
     """A torch.distributed group that leaves vLLM's own default group alone."""
-    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+    from vllm.distributed.utils import (  # heavy, deferred: only a broadcast group needs vLLM
+        stateless_init_torch_distributed_process_group,
+    )
 
     return stateless_init_torch_distributed_process_group(
         address, port, rank, world_size, backend, timeout=timedelta(seconds=timeout_s)

@@ -8,6 +8,7 @@ repacked into kernel format) and because the broadcast group must live in the pr
 from __future__ import annotations
 
 import torch
+from safetensors.torch import load_file
 
 from operators.engine.transfer import (
     BUCKET_BYTES,
@@ -27,8 +28,6 @@ class WeightWorker:
 
     def rftflow_load_file(self, path: str) -> int:
         """Load a staged safetensors file in place; returns its tensor bytes."""
-        from safetensors.torch import load_file
-
         tensors = load_file(path)
         self._load(list(tensors.items()))
         return sum(t.numel() * t.element_size() for t in tensors.values())
@@ -42,7 +41,7 @@ class WeightWorker:
     def rftflow_open_group(
         self, address: str, port: int, rank_offset: int, world_size: int, backend: str, timeout_s: float
     ) -> int:
-        from vllm.distributed import get_world_group
+        from vllm.distributed import get_world_group  # heavy, deferred: read_param imports without vLLM
 
         rank = rank_offset + get_world_group().rank_in_group
         self.rftflow_group = open_group(address, port, rank, world_size, backend, timeout_s)

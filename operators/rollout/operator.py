@@ -18,7 +18,9 @@ from typing import Any
 import pyarrow as pa
 
 from operators.actors.gate import GateClient
+from operators.actors.names import NAMESPACE
 from operators.engine.client import EngineClient
+from operators.rollout.plugins import load_plugins
 from operators.rollout.runner import SubRun, WorkflowRunner, split_task
 from operators.sinks.parquet import write_fragments
 from schemas.status import results_to_table
@@ -40,10 +42,7 @@ class RolloutOperator:
         sink_root: str | None = None,
         restart_timeout: float = 600.0,
     ):
-        import ray
-
-        from operators.actors.names import NAMESPACE
-        from operators.rollout.plugins import load_plugins
+        import ray  # heavy, deferred: the driver imports this module (to build the pool) without Ray
 
         for plugin_dir in plugin_dirs:  # users' workflows must be registered in this worker too
             load_plugins(Path(plugin_dir))

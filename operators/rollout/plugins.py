@@ -2,7 +2,8 @@
 
 The driver and every Ray worker load the same plugin directory, so loading must be idempotent: a file is
 imported once per process under a module name derived from its resolved path, and registering a definition
-again (same module and qualified name, e.g. after a re-import) replaces it instead of failing.
+again (same module and qualified name, e.g. after a re-import) replaces it instead of failing
+(`operators.rollout.registration`).
 """
 
 from __future__ import annotations
@@ -12,28 +13,12 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
-from typing import Any
+
+from operators.workflows.registry import load_builtins
 
 
 class PluginError(ImportError):
     """A plugin directory or file that cannot be loaded; the message names the file."""
-
-
-def same_definition(a: Any, b: Any) -> bool:
-    """True when `b` is `a`, or the same source definition re-imported (same module and qualified name)."""
-    if a is b:
-        return True
-    key = ("__module__", "__qualname__")
-    return all(getattr(a, k, None) is not None and getattr(a, k, None) == getattr(b, k, None) for k in key)
-
-
-def register_once(registry: dict[str, Any], kind: str, name: str, obj: Any) -> None:
-    """Add `obj` under `name`; a different definition under a taken name is an error, the same one is not."""
-    if name in registry and not same_definition(registry[name], obj):
-        taken = registry[name]
-        where = f"{getattr(taken, '__module__', '?')}.{getattr(taken, '__qualname__', '?')}"
-        raise ValueError(f"{kind} '{name}' is already registered (by {where})")
-    registry[name] = obj
 
 
 def module_name(path: Path) -> str:
@@ -66,8 +51,6 @@ def load_plugins(plugin_dir: Path) -> list[str]:
     The built-in workflows are loaded first, so a plugin that reuses a built-in name fails here, naming the
     plugin, rather than later when the built-ins load lazily.
     """
-    from operators.workflows.registry import load_builtins
-
     load_builtins()
     names = []
     for path in plugin_files(Path(plugin_dir)):

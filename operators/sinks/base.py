@@ -16,10 +16,12 @@ from typing import Protocol
 import pyarrow as pa
 
 from operators.sinks.parquet import ParquetSink
+from operators.sinks.sql import SqlSink
 from schemas.config import SQL_NAME_MAX, ExperienceBufferConfig
+from schemas.run_dir import EXPERIENCES, EXPERIENCES_DB
 
-STAGING = "experiences"  # under the run dir: Parquet's committed steps, and every sink's pending fragments
-SQLITE_FILE = "experiences.db"
+STAGING = EXPERIENCES  # under the run dir: Parquet's committed steps, and every sink's pending fragments
+SQLITE_FILE = EXPERIENCES_DB
 
 
 class Sink(Protocol):
@@ -65,7 +67,5 @@ def open_sink(cfg: ExperienceBufferConfig, run_dir: Path) -> Sink:
     root = run_dir / STAGING
     if cfg.storage_type == "parquet":
         return ParquetSink(root)
-    from operators.sinks.sql import SqlSink
-
     url = cfg.path or f"sqlite:///{run_dir / SQLITE_FILE}"
     return SqlSink(root, url, cfg.name or default_table_name(run_dir.name))

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from operators.actors.names import NAMESPACE
 from operators.sinks.base import Sink
 from schemas.config import ExperienceBufferConfig
 
@@ -80,9 +81,7 @@ class QueueFeed:
     """The explorer's end of the queue: publish committed steps, then close the stream."""
 
     def __init__(self, run_name: str, capacity: int, timeout: float, store: str):
-        import ray
-
-        from operators.actors.names import NAMESPACE
+        import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         self.name, self.timeout, self.store = queue_name(run_name), timeout, store
         self.actor = (
@@ -93,7 +92,7 @@ class QueueFeed:
 
     def publish(self, step: int, experiences: pa.Table) -> None:
         """Put a committed step in the queue, waiting while it is full, up to the queue timeout."""
-        import ray
+        import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         if not ray.get(self.actor.put.remote((step, experiences), self.timeout)):
             raise RuntimeError(
@@ -119,7 +118,7 @@ class QueueFeed:
 
         Returns how many steps no trainer took (they stay in the store). Both waits share the queue timeout.
         """
-        import ray
+        import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         deadline = time.monotonic() + self.timeout
         try:
@@ -132,9 +131,7 @@ class QueueFeed:
 
     def _wait_gone(self) -> None:
         """Until the name is free: a run resumed at once must get a new queue, not this dying one."""
-        import ray
-
-        from operators.actors.names import NAMESPACE
+        import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         deadline = time.monotonic() + GONE_S
         while time.monotonic() < deadline:
@@ -173,7 +170,7 @@ class QueueReader:
         self.idle_timeout, self.stop = idle_timeout, stop or threading.Event()
 
     def __iter__(self) -> Iterator[tuple[int, pa.Table]]:
-        import ray
+        import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         actor = self._attach()
         if actor is None:
@@ -198,7 +195,7 @@ class QueueReader:
                 ray.get(actor.leave.remote(), timeout=10)
 
     def _get(self, actor: Any) -> list[Any]:
-        import ray
+        import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         try:
             return ray.get(actor.get.remote(self.poll_s))
@@ -210,9 +207,7 @@ class QueueReader:
 
     def _attach(self) -> Any:
         """The queue actor, waiting for the explorer to create it; None on stop or idle timeout."""
-        import ray
-
-        from operators.actors.names import NAMESPACE
+        import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         since = time.monotonic()
         while not self.stop.is_set():

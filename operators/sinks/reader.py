@@ -22,6 +22,7 @@ import pyarrow as pa
 from operators.sinks.base import Sink, open_sink
 from schemas.config import ExperienceBufferConfig, load_config
 from schemas.errors import InputError
+from schemas.run_dir import CONFIG
 
 POLL_S = 0.5
 
@@ -101,7 +102,7 @@ class ExperienceReader:
 
 def buffer_config(run_dir: Path | str) -> ExperienceBufferConfig:
     """The experience store of the run in `run_dir`, as its explorer wrote it in config.yaml."""
-    path = Path(run_dir) / "config.yaml"
+    path = Path(run_dir) / CONFIG
     if not path.is_file():
         raise InputError(
             "no config.yaml: not an explore run dir, or its explorer has not started yet", file=str(path)

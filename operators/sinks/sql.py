@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from operators.sinks.parquet import filter_stale, pending_fragments, read_fragments
 from schemas.errors import InputError
 from schemas.experience import EXPERIENCE_SCHEMA
+from schemas.run_dir import PENDING
 
 FIELD = "buffer.trainer_input.experience_buffer"
 SQLITE_BUSY_S = 60.0  # a trainer reading the same SQLite file holds its lock only briefly
@@ -158,7 +159,7 @@ class SqlSink:
         return decode_rows(rows)
 
     def discard_pending(self) -> None:
-        shutil.rmtree(self.root / "_pending", ignore_errors=True)
+        shutil.rmtree(self.root / PENDING, ignore_errors=True)
         with contextlib.suppress(OSError):  # the staging root holds nothing else for SQL
             self.root.rmdir()
 

@@ -7,8 +7,8 @@ The caller groups a task's experiences and summarises them with `operators.rollo
 from __future__ import annotations
 
 from operators.engine.actor import Sample
-from operators.workflows.math import SingleTurnWorkflow
 from operators.workflows.registry import register_workflow
+from operators.workflows.single_turn import SingleTurnWorkflow
 
 
 @register_workflow("eval_math")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from operators.workflows.math import SingleTurnWorkflow
 from operators.workflows.registry import register_workflow
+from operators.workflows.single_turn import SingleTurnWorkflow
 
 BOXED_SYSTEM_PROMPT = "Solve the problem step by step. Put only the final answer in \\boxed{}."
 

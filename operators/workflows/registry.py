@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from operators.engine.client import EngineClient
-from operators.rollout.plugins import register_once
+from operators.rollout.registration import register_once
 from schemas.experience import Experience
 from schemas.task import Task
 

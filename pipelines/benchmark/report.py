@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pipelines.bench import Failure
+from pipelines.benchmark.selection import Failure
+from schemas.run_dir import BENCH_PLOT, BENCH_RESULTS_CSV, BENCH_RESULTS_MD
 
-TABLE_CSV = "bench_results.csv"
-TABLE_MD = "bench_results.md"
-PLOT_PNG = "bench_plot.png"
+TABLE_CSV = BENCH_RESULTS_CSV
+TABLE_MD = BENCH_RESULTS_MD
+PLOT_PNG = BENCH_PLOT
 ESTIMATED = ("accuracy", "mean_at_k", "pass_at_k", "response_length")
 MEASURED = ("tokens_per_s", "failed_tasks", "num_tasks")
 PLOTTED = ("accuracy", "mean_at_k", "pass_at_k", "response_length", "tokens_per_s")
@@ -83,7 +83,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     """Each metric against the checkpoint step, one line per taskset, its 95% interval shaded."""
-    from matplotlib.figure import Figure  # no pyplot: no global state, safe off the main thread
+    # no pyplot: no global state, safe off the main thread
+    from matplotlib.figure import Figure  # heavy, deferred: only the plot needs it
 
     done = [r for r in rows if r["status"] == "ok"]
     figure = Figure(figsize=(4.2 * len(PLOTTED), 3.6), layout="constrained")

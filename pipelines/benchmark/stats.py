@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from operators.rollout.eval_metrics import pass_at_k
+
 RESAMPLES = 2000
 SEED = 0
 LEVEL = 0.95
@@ -29,13 +31,21 @@ class Estimate:
 
 @dataclass(frozen=True)
 class TaskSamples:
-    """Per-task arrays: `sums[i]`/`counts[i]` of one per-sample value, and per-task mean and max."""
+    """Per-task arrays: sample counts, sums of accuracy and length, and pass@k."""
 
     task_ids: list[str]
     counts: np.ndarray
     accuracy_sum: np.ndarray
-    accuracy_max: np.ndarray
+    passed: np.ndarray  # pass@k per task, with k its sample count
     length_sum: np.ndarray
+
+
+def per_task_pass(where: np.ndarray, accuracy: np.ndarray, n: int) -> np.ndarray:
+    """pass@k of each task over all its samples (k = its sample count): a sample with accuracy 1 passes."""
+    correct: list[list[bool]] = [[] for _ in range(n)]
+    for task, value in zip(where.tolist(), accuracy.tolist(), strict=True):
+        correct[task].append(value >= 1.0)
+    return np.array([pass_at_k(c, len(c)) for c in correct], dtype=np.float64)
 
 
 def group_by_task(task_ids: Sequence[str], accuracy: Sequence[float], lengths: Sequence[int]) -> TaskSamples:
@@ -49,13 +59,11 @@ def group_by_task(task_ids: Sequence[str], accuracy: Sequence[float], lengths: S
     where = np.fromiter((index[u] for u in task_ids), dtype=np.int64, count=len(task_ids))
     acc = np.asarray(accuracy, dtype=np.float64)
     counts = np.bincount(where, minlength=n).astype(np.float64)
-    acc_max = np.full(n, -np.inf)
-    np.maximum.at(acc_max, where, acc)
     return TaskSamples(
         task_ids=list(index),
         counts=counts,
         accuracy_sum=np.bincount(where, weights=acc, minlength=n),
-        accuracy_max=acc_max,
+        passed=per_task_pass(where, acc, n),
         length_sum=np.bincount(where, weights=np.asarray(lengths, dtype=np.float64), minlength=n),
     )
 
@@ -68,7 +76,7 @@ def _statistics(t: TaskSamples, draws: np.ndarray) -> dict[str, np.ndarray]:
         "accuracy": t.accuracy_sum[draws].sum(axis=1) / counts,
         # per task, then averaged over tasks: each task weighs the same, as in Trinity-RFT's mean@k / pass@k
         "mean_at_k": (t.accuracy_sum / t.counts)[draws].mean(axis=1),
-        "pass_at_k": (t.accuracy_max >= 1.0).astype(np.float64)[draws].mean(axis=1),
+        "pass_at_k": t.passed[draws].mean(axis=1),
         "response_length": t.length_sum[draws].sum(axis=1) / counts,
     }
 

@@ -1,26 +1,32 @@
-"""Engine self-healing on the driver: health checks, and a replacement on the run's current version.
+"""`EngineFleet`: the one owner of the engines. Only this module starts, probes, replaces, loads weights into,
+reads weights from and stops the vLLM engine actors.
 
-Engine actors are long-lived and hold the run's weights, so Ray's own actor restart would bring one back on
-the base model. The supervisor instead probes every engine each `health_check_interval` seconds: the actor
-must answer within `health_check_timeout` and its vLLM core must be alive. An engine that fails is killed and
-a replacement is started under the same name, held closed until the run's current version is loaded into it.
-Requests that were in flight on the lost engine are sent again by their clients
-(`operators.engine.client`) as soon as the name points at the replacement.
+Engines are long-lived and hold weights that change during a run (a weight sync, a benchmark's checkpoint), so
+Ray's own actor restart would bring one back on the base model. The fleet keeps a *restore point* instead: the
+version every engine holds and where to load it from. Every load goes through `load()`, under one lock, and
+moves the restore point; a health thread probes each engine every `health_check_interval` seconds, and an
+engine that fails is killed and replaced under the same name, held closed until the restore point is loaded
+into it. Because the eval, the bench and the weight syncer all load through here, a replacement always comes
+back on the weights its clients are using at that moment. Requests in flight on a lost engine are sent again
+by their clients (`operators.engine.client`) once the name points at the replacement.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from pipelines.control.runtime import EngineSet, launch_engine
-from pipelines.control.weight_sync import gather
-from schemas.config import Config
+from operators.engine.actor import VLLMEngine
+from schemas.config import Config, ExplorerConfig
 
+log = logging.getLogger(__name__)
 NAME_FREE_S = 10.0  # how long the old actor's name may take to be released after it is killed
 
 
@@ -28,73 +34,301 @@ class EngineLost(RuntimeError):
     """An engine that cannot be brought back: restarts used up, or a version with nothing to reload from."""
 
 
-@dataclass
+class LoadError(RuntimeError):
+    """Some engines failed to load a version; the others were put back on the restore point."""
+
+
+class SyncError(RuntimeError):
+    """Engines ended on different versions and nothing can bring them back together."""
+
+
+@dataclass(frozen=True)
 class Restore:
-    """How to put a fresh engine on the current version: a directory to load, or a state dict's object ref."""
+    """The weights every engine holds, and how a fresh engine gets them: a directory, or a state dict's ref.
+
+    Neither (a version that came by broadcast) means a replacement cannot be put on it.
+    """
 
     version: int
     path: Path | None = None
     state: Any = None
 
+    @property
+    def loadable(self) -> bool:
+        return self.path is not None or self.state is not None
 
-class EngineSupervisor:
-    """Probes the engines from a driver thread and replaces the ones that fail; `lock` is held meanwhile.
 
-    Whoever changes the engines' weights holds `lock` too, so a replacement is never put on a version that is
-    being replaced at that moment. `error` is set when an engine cannot be healed; the explorer raises it.
+@dataclass
+class WeightUpdate:
+    """A version to load: a checked checkpoint directory, a state dict's object ref, or a broadcast."""
+
+    version: int
+    kind: str  # checkpoint | memory | broadcast
+    path: Path | None = None
+    state: Any = None
+    meta: list | None = None
+    bucket_bytes: int | None = None  # broadcast: the sender's bucket size, which the receivers must match
+
+    def restore_point(self) -> Restore:
+        return Restore(self.version, path=self.path, state=self.state)
+
+
+@dataclass
+class Loaded:
+    """What a load cost: the longest time an engine held requests back, and the bytes each engine loaded."""
+
+    pause_s: float
+    nbytes: int
+
+
+class Fleet(Protocol):
+    """What the explorer, eval, the bench and the weight syncer need of the engines (tests double this)."""
+
+    names: list[str]
+
+    @property
+    def restore_point(self) -> Restore: ...
+
+    @property
+    def restarts(self) -> int: ...
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+    def load(self, update: WeightUpdate, timeout: float) -> Loaded: ...
+
+    def get_weight(self, name: str) -> Any: ...
+
+    def open_weight_group(self, address: str, port: int, timeout: float) -> None: ...
+
+    @property
+    def group_backend(self) -> str: ...
+
+
+def resolve_device(cfg: Config) -> str:
+    """`auto` means GPU when the Ray cluster has one (the driver itself may not)."""
+    import ray  # heavy, deferred: the driver's modules import without Ray
+
+    device = cfg.explorer.rollout_model.device
+    if device == "auto":
+        device = "gpu" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
+    return device
+
+
+def engine_runtime_env() -> dict[str, Any]:
+    """Quiet engines unless asked: vLLM logs at ERROR, Python warnings off (VLLM_LOGGING_LEVEL overrides)."""
+    level = os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")
+    quiet = level in ("ERROR", "CRITICAL")
+    return {"env_vars": {"VLLM_LOGGING_LEVEL": level, **({"PYTHONWARNINGS": "ignore"} if quiet else {})}}
+
+
+def launch_engine(cfg: Config, name: str, closed: bool = False) -> Any:
+    """One engine actor called `name` on the base model; `closed` holds its requests until its first load
+    (a replacement must be put on the fleet's restore point before it serves anything)."""
+    import ray  # heavy, deferred: the driver's modules import without Ray
+
+    rollout = cfg.explorer.rollout_model.model_copy(update={"device": resolve_device(cfg)})
+    gpus = rollout.tensor_parallel_size if rollout.device == "gpu" else 0
+    options = {"num_cpus": rollout.engine_cpus, "num_gpus": gpus, "runtime_env": engine_runtime_env()}
+    actor = ray.remote(VLLMEngine).options(name=name, **options)
+    return actor.remote(str(cfg.model.model_path), rollout.model_dump(mode="json"), 0, closed)
+
+
+def gather(calls: list[Any], timeout: float) -> tuple[dict[int, dict], list[str]]:
+    """Results of concurrent engine calls by engine index, and one message per engine that failed."""
+    import ray  # heavy, deferred: the driver's modules import without Ray
+
+    ray.wait(calls, num_returns=len(calls), timeout=timeout)
+    reports, errors = {}, []
+    for i, call in enumerate(calls):
+        try:
+            reports[i] = ray.get(call, timeout=0)
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(call)
+            errors.append(f"engine {i}: no answer within {timeout:g} s")
+        except Exception as exc:  # noqa: BLE001 - each engine's failure is reported, not raised
+            errors.append(f"engine {i}: {type(exc).__name__}: {str(exc).splitlines()[-1][:300]}")
+    return reports, errors
+
+
+class EngineFleet:
+    """The run's engine actors, their weights and their health; see the module docstring.
+
+    `names` are what Ray Data operators get (plain strings); handles never leave this class.
     """
 
     def __init__(
         self,
         cfg: Config,
-        engines: EngineSet,
-        restore: Callable[[], Restore],
-        say: Callable[[str], None] = print,
+        run_name: str,
         launch: Callable[[str, bool], Any] | None = None,
     ):
-        """`launch(name, closed)` makes a replacement actor; by default a vLLM engine on the base model."""
-        explorer = cfg.explorer
-        self.engines, self.restore, self.say = engines, restore, say
-        self.launch = launch or (lambda name, closed: launch_engine(cfg, name, closed=closed))
-        self.interval = explorer.health_check_interval
-        self.timeout = explorer.health_check_timeout
-        self.max_restarts = explorer.max_engine_restarts
-        self.restart_timeout = explorer.engine_restart_timeout
-        self.restarts = [0] * len(engines.handles)
-        self.lock = threading.Lock()
-        self.error: BaseException | None = None
+        """`launch(name, closed)` makes an engine actor; by default a vLLM engine on the base model."""
+        self.cfg = cfg
+        self.base = Path(cfg.model.model_path).resolve()
+        self.names = [f"{run_name}/engine-{i}" for i in range(cfg.explorer.rollout_model.engine_num)]
+        self.launch_one = launch or (lambda name, closed: launch_engine(cfg, name, closed=closed))
+        self.handles: list[Any] = []
+        self.lock = threading.RLock()
+        self.current = Restore(0, path=self.base)
+        self.group: dict[str, Any] | None = None  # the trainer's weight-sync group, once joined
+        self.restarts_per_engine = [0] * len(self.names)
+        self.failure: BaseException | None = None
+        self.settings: ExplorerConfig = cfg.explorer
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
 
-    @property
-    def total_restarts(self) -> int:
-        return sum(self.restarts)
+    # -- life cycle --------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        if self.interval is not None:
-            self.thread = threading.Thread(target=self._watch, name="rftflow-engine-health", daemon=True)
-            self.thread.start()
+    def launch(self) -> None:
+        """Create the actors; they load the model in the background (`wait()` blocks until they have)."""
+        if not self.handles:
+            self.handles = [self.launch_one(name, False) for name in self.names]
+
+    def wait(self) -> None:
+        """Block until every engine has loaded its model, so start errors surface here with their reason."""
+        import ray  # heavy, deferred: the driver's modules import without Ray
+
+        ray.get([engine.ready.remote() for engine in self.handles])
+
+    def start(self) -> EngineFleet:
+        """Launch and wait; engines that fail to start are not left behind."""
+        self.launch()
+        try:
+            self.wait()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    @property
+    def started(self) -> bool:
+        return bool(self.handles)
 
     def stop(self) -> None:
-        """No more checks; a replacement being started is in `engines.handles`, so stopping them stops it."""
+        """Stop watching, then free the engines' memory now rather than when the driver exits."""
+        import ray  # heavy, deferred: the driver's modules import without Ray
+
+        self.unwatch()
+        with contextlib.suppress(Exception):  # a dead or stuck engine is killed below all the same
+            ray.get([engine.shutdown.remote() for engine in self.handles], timeout=30)
+        for engine in self.handles:
+            ray.kill(engine)
+        self.handles = []
+
+    # -- weights -----------------------------------------------------------------------------------------
+
+    @property
+    def restore_point(self) -> Restore:
+        return self.current
+
+    @property
+    def version(self) -> int:
+        return self.current.version
+
+    def load(self, update: WeightUpdate, timeout: float) -> Loaded:
+        """Every engine loads `update` at once (a broadcast needs them all), or none keeps it.
+
+        If some engines fail, those that loaded are put back on the restore point and LoadError says why;
+        SyncError when that is impossible (a broadcast version, or the roll-back failed).
+        """
+        with self.lock:
+            reports, errors = gather([self.load_call(h, update, timeout) for h in self.handles], timeout)
+            if errors:
+                self.roll_back(sorted(reports), errors, timeout)
+                raise LoadError("; ".join(errors))
+            self.current = update.restore_point()
+        return Loaded(
+            pause_s=max((r["pause_s"] for r in reports.values()), default=0.0),
+            nbytes=int(max((r["bytes"] for r in reports.values()), default=0)),
+        )
+
+    def load_call(self, engine: Any, update: WeightUpdate, timeout: float) -> Any:
+        """The engine's load of `update`, as an object ref (each engine fetches a state dict by its ref)."""
+        if update.kind == "checkpoint":
+            return engine.load_checkpoint.remote(str(update.path), update.version, timeout)
+        if update.kind == "memory":
+            return engine.load_state_dict.remote([update.state], update.version, timeout)
+        return engine.receive_weights.remote(update.meta, update.version, timeout, update.bucket_bytes)
+
+    def roll_back(self, loaded: list[int], errors: list[str], timeout: float) -> None:
+        """Put the engines that loaded a refused version back on the restore point, or fail loudly."""
+        if not loaded:
+            return
+        if not self.current.loadable:
+            raise SyncError(
+                f"engines {loaded} loaded the new weights but others failed ({'; '.join(errors)}), and "
+                f"version {self.current.version} came by broadcast: there is nothing to go back to"
+            )
+        back = self.current
+        update = WeightUpdate(back.version, "checkpoint" if back.path else "memory", back.path, back.state)
+        _, back_errors = gather([self.load_call(self.handles[i], update, timeout) for i in loaded], timeout)
+        if back_errors:
+            raise SyncError(f"roll-back to version {back.version} failed: {'; '.join(back_errors)}")
+
+    def get_weight(self, name: str) -> Any:
+        """The named parameter as the first engine holds it (vLLM's parameter names, the engine's dtype)."""
+        import ray  # heavy, deferred: the driver's modules import without Ray
+
+        return ray.get(self.handles[0].get_weight.remote(name))
+
+    @property
+    def group_backend(self) -> str:
+        return "nccl" if resolve_device(self.cfg) == "gpu" else "gloo"
+
+    def open_weight_group(self, address: str, port: int, timeout: float) -> None:
+        """Every engine worker joins the trainer's torch.distributed group (trainer rank 0; gloo or NCCL)."""
+        import ray  # heavy, deferred: the driver's modules import without Ray
+
+        tp = self.cfg.explorer.rollout_model.tensor_parallel_size
+        world = 1 + tp * len(self.handles)
+        calls = [
+            engine.open_weight_group.remote(address, port, 1 + i * tp, world, self.group_backend, timeout)
+            for i, engine in enumerate(self.handles)
+        ]
+        with self.lock:
+            ray.get(calls)
+            self.group = {"address": address, "port": port}
+
+    # -- health ------------------------------------------------------------------------------------------
+
+    @property
+    def restarts(self) -> int:
+        return sum(self.restarts_per_engine)
+
+    @property
+    def error(self) -> BaseException | None:
+        """Set when an engine could not be healed; clients raise it."""
+        return self.failure
+
+    def watch(self, settings: ExplorerConfig | None = None) -> None:
+        """Probe the engines from a driver thread, with the caller's health settings (`explorer.*`)."""
+        self.settings = settings or self.settings
+        if self.thread is None and self.settings.health_check_interval is not None:
+            self.stopping.clear()
+            self.thread = threading.Thread(target=self.watch_loop, name="rftflow-engine-health", daemon=True)
+            self.thread.start()
+
+    def unwatch(self) -> None:
+        """No more checks; a replacement being started is in `handles`, so `stop()` stops it too."""
         self.stopping.set()
         if self.thread is not None:
-            self.thread.join(timeout=self.timeout)
+            self.thread.join(timeout=self.settings.health_check_timeout)
             self.thread = None
 
-    def _watch(self) -> None:
-        while not self.stopping.wait(self.interval):
+    def watch_loop(self) -> None:
+        while not self.stopping.wait(self.settings.health_check_interval):
             try:
                 self.check()
             except Exception as exc:  # noqa: BLE001 - an engine that cannot be healed ends the run, loudly
-                self.error = exc
-                self.say(f"engine supervisor: {exc}")
+                self.failure = exc
+                log.error("engine fleet: %s", exc)
                 return
 
     def check(self) -> list[int]:
         """Probe every engine once and replace those that fail; returns their indices."""
-        handles = self.engines.handles
-        answered, errors = gather([h.health.remote() for h in handles], self.timeout)
+        handles = list(self.handles)
+        answered, errors = gather([h.health.remote() for h in handles], self.settings.health_check_timeout)
         failed = [i for i in range(len(handles)) if i not in answered]  # `errors` holds theirs, in order
         for index, message in zip(failed, errors, strict=True):
             if self.stopping.is_set():
@@ -103,40 +337,48 @@ class EngineSupervisor:
         return failed
 
     def replace(self, index: int, reason: str) -> None:
-        """Kill engine `index`, start a replacement under its name and put it on the current version."""
-        import ray
+        """Kill engine `index`, start a replacement under its name and put it on the restore point."""
+        import ray  # heavy, deferred: the driver's modules import without Ray
 
-        name = self.engines.names[index]
-        if self.restarts[index] >= self.max_restarts:
-            raise EngineLost(f"{name} failed ({reason}) after {self.max_restarts} restarts; giving up")
-        self.say(f"{name} is unhealthy ({reason}); replacing it")
+        name, limit = self.names[index], self.settings.max_engine_restarts
+        timeout = self.settings.engine_restart_timeout
+        if self.restarts_per_engine[index] >= limit:
+            raise EngineLost(f"{name} failed ({reason}) after {limit} restarts; giving up")
+        log.warning("%s is unhealthy (%s); replacing it", name, reason)
         with self.lock:
-            started = time.monotonic()
-            restore = self.restore()
-            self.restarts[index] += 1
-            ray.kill(self.engines.handles[index], no_restart=True)
-            replacement = self._launch(name, closed=restore.version > 0)
-            self.engines.handles[index] = replacement
-            ray.get(replacement.ready.remote(), timeout=self.restart_timeout)
-            if restore.version > 0:
-                ray.get(self._load(replacement, restore), timeout=self.restart_timeout)
-        self.say(
-            f"{name} replaced on version {restore.version} in {time.monotonic() - started:.0f} s "
-            f"(restart {self.restarts[index]} of at most {self.max_restarts})"
+            started, restore = time.monotonic(), self.current
+            if not restore.loadable:
+                raise EngineLost(
+                    f"version {restore.version} came by broadcast and cannot be loaded into a replacement "
+                    "engine; the run stops here with its committed steps kept (rerun with the same --run-dir "
+                    "to resume)"
+                )
+            fresh = restore.path != self.base
+            self.restarts_per_engine[index] += 1
+            ray.kill(self.handles[index], no_restart=True)
+            replacement = self.launch_named(name, closed=fresh)
+            self.handles[index] = replacement
+            ray.get(replacement.ready.remote(), timeout=timeout)
+            if fresh:
+                kind = "checkpoint" if restore.path is not None else "memory"
+                update = WeightUpdate(restore.version, kind, restore.path, restore.state)
+                ray.get(self.load_call(replacement, update, timeout), timeout=timeout)
+        log.warning(
+            "%s replaced on version %d in %.0f s (restart %d of at most %d)",
+            name,
+            restore.version,
+            time.monotonic() - started,
+            self.restarts_per_engine[index],
+            limit,
         )
 
-    def _launch(self, name: str, closed: bool) -> Any:
+    def launch_named(self, name: str, closed: bool) -> Any:
         """A new actor under `name`, once the killed one has released it."""
         deadline = time.monotonic() + NAME_FREE_S
         while True:
             try:
-                return self.launch(name, closed)
+                return self.launch_one(name, closed)
             except ValueError:  # "name already taken": the old actor is not gone yet
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.2)
-
-    def _load(self, engine: Any, restore: Restore) -> Any:
-        if restore.path is not None:
-            return engine.load_checkpoint.remote(str(restore.path), restore.version, self.restart_timeout)
-        return engine.load_state_dict.remote([restore.state], restore.version, self.restart_timeout)

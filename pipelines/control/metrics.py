@@ -7,6 +7,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from operators.rollout.eval_metrics import mean_at_k, pass_at_k
+
 SAMPLE_COLUMNS = ("uid", "model_version", "prompt_text", "response_text", "truth", "reward", "finish_reason")
 FAILURE_COLUMNS = ("task_uid", "run_id_base", "repeat_times", "attempts", "message")
 
@@ -82,12 +84,12 @@ def eval_metrics(taskset: str, experiences: pa.Table, repeat_times: int) -> dict
         values = pc.list_element(pc.map_lookup(parts, name, "all"), 0)
         metrics.update(stats(f"{prefix}/{name}", pc.drop_null(values)))
     if repeat_times > 1:
-        correct = pc.greater_equal(experiences.column("reward"), 1.0)
-        per_task = (
-            pa.table({"task": experiences.column("task_uid"), "correct": correct.cast(pa.float64())})
-            .group_by("task")
-            .aggregate([("correct", "mean"), ("correct", "max")])
-        )
-        metrics[f"{prefix}/mean_at_{repeat_times}"] = pc.mean(per_task.column("correct_mean")).as_py()
-        metrics[f"{prefix}/pass_at_{repeat_times}"] = pc.mean(per_task.column("correct_max")).as_py()
+        correct = pc.greater_equal(experiences.column("reward"), 1.0).to_pylist()
+        per_task: dict[str, list[bool]] = {}
+        for task, ok in zip(experiences.column("task_uid").to_pylist(), correct, strict=True):
+            per_task.setdefault(task, []).append(ok)
+        means = [mean_at_k(c, len(c)) for c in per_task.values()]
+        passes = [pass_at_k(c, len(c)) for c in per_task.values()]  # k: the task's finished samples
+        metrics[f"{prefix}/mean_at_{repeat_times}"] = sum(means) / len(means)
+        metrics[f"{prefix}/pass_at_{repeat_times}"] = sum(passes) / len(passes)
     return metrics

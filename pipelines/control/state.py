@@ -1,17 +1,22 @@
-"""`RUN_DIR/explorer_state.json`: where a run stands, written atomically (never half a file)."""
+"""`RUN_DIR/explorer_state.json`: where a run stands, written atomically (never half a file), and how a
+resumed run squares it with the steps its sink holds."""
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-STATE_FILE = "explorer_state.json"
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from operators.sinks.base import Sink
+from schemas.atomic import atomic_write_json
+from schemas.run_dir import CONFIG, EXPLORER_STATE
+
+STATE_FILE = EXPLORER_STATE
 
 
-@dataclass
-class ExplorerState:
+class ExplorerState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     latest_step: int = 0  # last committed step
     task_index: int = 0  # tasks consumed: latest_step * batch_size, capped by the taskset
     mlflow_run_id: str | None = None
@@ -22,18 +27,36 @@ class ExplorerState:
 
     @classmethod
     def load(cls, run_dir: Path) -> ExplorerState | None:
+        """The saved state, or None when there is none; RuntimeError for a file that is not one."""
         path = Path(run_dir) / STATE_FILE
         if not path.is_file():
             return None
         try:
-            return cls(**json.loads(path.read_text()))
-        except (ValueError, TypeError) as exc:
+            return cls.model_validate_json(path.read_bytes())
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in exc.errors()[:3]
+            )
             raise RuntimeError(
-                f"{path}: unreadable explorer state ({exc}); move it away to start afresh"
+                f"{path}: unreadable explorer state ({problems}); move it away to start afresh"
             ) from None
 
     def save(self, run_dir: Path) -> None:
-        path = Path(run_dir) / STATE_FILE
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(asdict(self), indent=2))
-        os.replace(partial, path)
+        atomic_write_json(Path(run_dir) / STATE_FILE, self.model_dump(), indent=2)
+
+
+def resume_state(run_dir: Path, sink: Sink) -> ExplorerState:
+    """The saved state, reconciled with the sink: the committed steps are the truth."""
+    state = ExplorerState.load(run_dir) or ExplorerState()
+    committed = sink.committed_steps()
+    if committed and state.mlflow_run_id is None:
+        raise RuntimeError(f"{run_dir}: holds committed steps but no explorer state; use a new run dir")
+    if state.latest_step and not committed:
+        raise RuntimeError(
+            f"{run_dir}: its state says step {state.latest_step} is committed, but "
+            f"{sink.describe()} holds no step: give buffer.trainer_input.experience_buffer as in "
+            f"{Path(run_dir) / CONFIG}, or use a new run dir"
+        )
+    if committed:
+        state.latest_step = max(committed)
+    return state

@@ -47,7 +47,7 @@ def read_trainer_status(source: str | None) -> TrainerStatus:
     if not source:
         return TrainerStatus()
     if source.startswith("actor:"):
-        import ray
+        import ray  # heavy, deferred: the driver's modules import without Ray
 
         try:
             actor = ray.get_actor(source.removeprefix("actor:"))

@@ -1,10 +1,18 @@
-"""MLflow tracking from the driver only: params once, metrics per step, sample rollouts as table artifacts."""
+"""MLflow tracking from the driver only: the one wrapper for a run, its nested child runs, params, metrics,
+tables and artifacts. The explorer logs its steps here, and the bench its checkpoints as child runs."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from pathlib import Path
 from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+
+from schemas.run_dir import MLFLOW_DB
 
 PARAMS_PER_BATCH = 100
 PARAM_VALUE_LIMIT = 6000
@@ -12,7 +20,7 @@ PARAM_VALUE_LIMIT = 6000
 
 def default_tracking_uri(run_dir: Path) -> str:
     """SQLite with an absolute path, so the store does not depend on the working directory."""
-    return f"sqlite:///{Path(run_dir).resolve() / 'mlflow.db'}"
+    return f"sqlite:///{Path(run_dir).resolve() / MLFLOW_DB}"
 
 
 class MlflowMonitor:
@@ -25,10 +33,6 @@ class MlflowMonitor:
         run_id: str | None = None,
     ):
         """A new run, or `run_id` reopened (resume continues the same run)."""
-        import logging
-
-        from mlflow import MlflowClient
-
         for noisy in ("alembic", "mlflow.store.db.utils"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         self.client = MlflowClient(tracking_uri=tracking_uri)
@@ -48,20 +52,38 @@ class MlflowMonitor:
     def logged_steps(self, metric: str) -> set[int]:
         return {m.step for m in self.client.get_metric_history(self.run_id, metric)}
 
-    def log_params(self, params: dict[str, str]) -> None:
-        from mlflow.entities import Param
+    @property
+    def experiment_id(self) -> str:
+        return self.client.get_run(self.run_id).info.experiment_id
 
+    def log_params(self, params: dict[str, Any], run_id: str | None = None) -> None:
+        """Params of this run (or of child `run_id`), values cut to MLflow's limit, in batches."""
         items = [Param(k, str(v)[:PARAM_VALUE_LIMIT]) for k, v in sorted(params.items())]
         for start in range(0, len(items), PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=items[start : start + PARAMS_PER_BATCH])
+            self.client.log_batch(run_id or self.run_id, params=items[start : start + PARAMS_PER_BATCH])
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        from mlflow.entities import Metric
+    def params(self, run_id: str | None = None) -> dict[str, str]:
+        return self.client.get_run(run_id or self.run_id).data.params
 
+    def log_metrics(self, metrics: dict[str, float], step: int, run_id: str | None = None) -> None:
         now = int(time.time() * 1000)
-        self.client.log_batch(
-            self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]
-        )
+        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        self.client.log_batch(run_id or self.run_id, metrics=batch)
+
+    def child(self, run_name: str, tags: dict[str, str], reuse: str | None = None) -> str:
+        """A child run under this one (`mlflow.parentRunId`), or `reuse` reopened if it still exists."""
+        if reuse is not None:
+            with contextlib.suppress(Exception):  # deleted meanwhile: a new child is made below
+                self.client.update_run(reuse, status="RUNNING")
+                return reuse
+        tags = {"mlflow.parentRunId": self.run_id, **tags}
+        return self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
+
+    def end_child(self, run_id: str, ok: bool) -> None:
+        self.client.set_terminated(run_id, status="FINISHED" if ok else "FAILED")
+
+    def log_artifact(self, path: Path) -> None:
+        self.client.log_artifact(self.run_id, str(path))
 
     def log_table(self, data: dict[str, list[Any]], artifact_file: str) -> None:
         """A table as a JSON artifact, `{"columns": [...], "data": [[row], ...]}` (MLflow's table layout).

@@ -14,23 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ray
+
+from operators.actors.hub import WeightHub
+from operators.actors.names import NAMESPACE
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, find_checkpoints
+from pipelines.control.fleet import Fleet, LoadError, WeightUpdate
 from pipelines.control.sync_policy import read_trainer_status
+from schemas.config import Config
+from schemas.run_dir import trainer_status_path
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2
-
-
-@dataclass
-class Update:
-    """A newer version, ready to load: a checked checkpoint directory, an object ref, or a broadcast."""
-
-    version: int
-    kind: str
-    path: Path | None = None
-    state: Any = None
-    meta: list | None = None
-    bucket_bytes: int | None = None  # broadcast: the sender's bucket size, which the receivers must match
 
 
 @dataclass
@@ -53,10 +48,6 @@ class SyncOutcome:
             "sync/succeeded": float(self.ok),
             "sync/failed": float(failures),
         }
-
-
-class SyncError(RuntimeError):
-    """Engines ended on different versions and nothing on disk can bring them back together."""
 
 
 def check_meta(meta: list, expected: TensorMetaMap, where: str) -> None:
@@ -83,7 +74,7 @@ class CheckpointSource:
     def __init__(self, directory: Path, expected: TensorMetaMap, trainer_status: str | None = None):
         self.directory = Path(directory)
         self.expected = expected
-        self.trainer_status = trainer_status or str(self.directory / "trainer_status.json")
+        self.trainer_status = trainer_status or str(trainer_status_path(self.directory))
 
     def latest_version(self) -> int:
         """The newest whole checkpoint's version (a corrupt one must not make every experience look stale)."""
@@ -95,7 +86,7 @@ class CheckpointSource:
             return step
         return 0
 
-    def next_update(self, current: int, timeout: float) -> Update | None:
+    def next_update(self, current: int, timeout: float) -> WeightUpdate | None:
         """The newest checkpoint above `current`, checked; None if none comes in time or the trainer stops."""
         deadline = time.monotonic() + timeout
         while True:
@@ -103,7 +94,7 @@ class CheckpointSource:
             if newer:
                 step, path = newer[-1]
                 check_checkpoint(path, self.expected, root=self.directory)
-                return Update(step, self.kind, path=path)
+                return WeightUpdate(step, self.kind, path=path)
             if read_trainer_status(self.trainer_status).state == "stopped" or time.monotonic() >= deadline:
                 return None
             time.sleep(POLL_S)
@@ -116,13 +107,9 @@ class HubSource:
         self.hub, self.kind, self.expected = hub, kind, expected
 
     def latest_version(self) -> int:
-        import ray
-
         return ray.get(self.hub.latest_version.remote())
 
-    def next_update(self, current: int, timeout: float) -> Update | None:
-        import ray
-
+    def next_update(self, current: int, timeout: float) -> WeightUpdate | None:
         found = ray.get(self.hub.wait_newer.remote(current, timeout))
         if found is None:
             return None
@@ -134,18 +121,16 @@ class HubSource:
         check_meta(payload["meta"], self.expected, f"version {version}")
         state = payload.get("state", [None])[0]
         bucket_bytes = payload.get("bucket_bytes")
-        return Update(version, self.kind, state=state, meta=payload["meta"], bucket_bytes=bucket_bytes)
+        return WeightUpdate(version, self.kind, state=state, meta=payload["meta"], bucket_bytes=bucket_bytes)
 
 
 @dataclass
 class WeightSyncer:
-    """Applies updates to every engine; remembers the on-disk weights the engines hold, to roll back to."""
+    """Finds the trainer's next version and has the fleet load it; keeps the trainer's weight-sync group."""
 
     source: CheckpointSource | HubSource
-    handles: list[Any]
+    fleet: Fleet
     timeout: float
-    on_disk: tuple[int, Path] | None = None
-    in_memory: tuple[int, Any] | None = None
     group: dict[str, Any] | None = field(default=None)
 
     def sync(self, current: int) -> SyncOutcome:
@@ -158,18 +143,14 @@ class WeightSyncer:
             reason = f"no version newer than {current} within {self.timeout:g} s, or the trainer stopped"
             return self._outcome(current, False, reason, started)
         waited = time.monotonic() - started
-        reports, errors = self._apply(update)
-        if errors:
-            self._roll_back(current, reports, errors)
-            return self._outcome(current, False, "; ".join(errors), started, waited)
-        self.on_disk = (update.version, update.path) if update.kind == "checkpoint" else None
-        # A memory version's ref is kept (the hub lets go of it) so that a replacement engine can load it.
-        self.in_memory = (update.version, update.state) if update.kind == "memory" else None
-        if update.kind == "memory":
+        try:
+            loaded = self.fleet.load(update, self.timeout)
+        except LoadError as exc:
+            return self._outcome(current, False, str(exc), started, waited)
+        if update.kind == "memory":  # the fleet keeps the ref (a replacement loads it); the hub lets go
             self.source.hub.forget_state.remote(update.version)
         outcome = self._outcome(update.version, True, "", started, waited)
-        outcome.pause_s = max(r["pause_s"] for r in reports.values())
-        outcome.nbytes = int(max(r["bytes"] for r in reports.values()))
+        outcome.pause_s, outcome.nbytes = loaded.pause_s, loaded.nbytes
         return outcome
 
     def _outcome(
@@ -178,54 +159,29 @@ class WeightSyncer:
         seconds = time.monotonic() - started
         return SyncOutcome(version, ok, reason, wait_s=seconds if waited is None else waited, seconds=seconds)
 
-    def _apply(self, update: Update) -> tuple[dict[int, dict], list[str]]:
-        """Every engine loads `update` at once (a broadcast needs them all); per-engine reports and errors."""
-        if update.kind == "checkpoint":
-            calls = [
-                h.load_checkpoint.remote(str(update.path), update.version, self.timeout) for h in self.handles
-            ]
-        elif update.kind == "memory":
-            calls = [
-                h.load_state_dict.remote([update.state], update.version, self.timeout)  # each fetches the ref
-                for h in self.handles
-            ]
-        else:
-            calls = [
-                h.receive_weights.remote(update.meta, update.version, self.timeout, update.bucket_bytes)
-                for h in self.handles
-            ]
-        return gather(calls, self.timeout)
 
-    def _roll_back(self, current: int, reports: dict[int, dict], errors: list[str]) -> None:
-        """Put engines that loaded the new version back on `current`'s weights, or fail loudly."""
-        if not reports:
-            return
-        if self.on_disk is None or self.on_disk[0] != current:
-            raise SyncError(
-                f"engines {sorted(reports)} loaded the new weights but others failed ({'; '.join(errors)}), "
-                f"and version {current} is not on disk to go back to"
-            )
-        version, path = self.on_disk
-        handles = [self.handles[i] for i in sorted(reports)]
-        _, back_errors = gather(
-            [h.load_checkpoint.remote(str(path), version, self.timeout) for h in handles], self.timeout
+def open_weight_source(
+    cfg: Config,
+    fleet: Fleet,
+    checkpoint_dir: Path,
+    hub_name: str,
+    expected: TensorMetaMap,
+    trainer_status: str | None,
+) -> tuple[WeightSyncer, Any]:
+    """The syncer for `synchronizer.sync_method`, and the weight hub actor it made (None for checkpoints).
+
+    Memory and broadcast versions are announced on a small named hub actor that the trainer publishes to.
+    """
+    sync = cfg.synchronizer
+    hub = None
+    if sync.sync_method == "checkpoint":
+        source: CheckpointSource | HubSource = CheckpointSource(checkpoint_dir, expected, trainer_status)
+    else:
+        actor = ray.remote(WeightHub).options(
+            name=hub_name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0
         )
-        if back_errors:
-            raise SyncError(f"roll-back to version {version} failed: {'; '.join(back_errors)}")
-
-
-def gather(calls: list[Any], timeout: float) -> tuple[dict[int, dict], list[str]]:
-    """Results of concurrent engine calls by engine index, and one message per engine that failed."""
-    import ray
-
-    ray.wait(calls, num_returns=len(calls), timeout=timeout)
-    reports, errors = {}, []
-    for i, call in enumerate(calls):
-        try:
-            reports[i] = ray.get(call, timeout=0)
-        except ray.exceptions.GetTimeoutError:
-            ray.cancel(call)
-            errors.append(f"engine {i}: no answer within {timeout:g} s")
-        except Exception as exc:  # noqa: BLE001 - each engine's failure is reported, not raised
-            errors.append(f"engine {i}: {type(exc).__name__}: {str(exc).splitlines()[-1][:300]}")
-    return reports, errors
+        hub = actor.remote()
+        tp = cfg.explorer.rollout_model.tensor_parallel_size
+        ray.get(hub.set_workers.remote(tp * len(fleet.names), fleet.group_backend))
+        source = HubSource(hub, sync.sync_method, expected)
+    return WeightSyncer(source, fleet, sync.sync_timeout), hub

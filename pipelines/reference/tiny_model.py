@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -25,7 +24,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from safetensors import safe_open  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import (  # noqa: E402
     GenerationConfig,
@@ -34,7 +32,10 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
 )
 
+from operators.engine.checkpoints import weights_hash  # noqa: E402
 from pipelines.reference import arith_tasks  # noqa: E402
+from schemas.atomic import atomic_write_text  # noqa: E402
+from schemas.run_dir import BUILD_INFO  # noqa: E402
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 ROLE_TOKENS = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
@@ -86,25 +87,6 @@ def extract_answer(text: str) -> str | None:
     """Text inside the first `<answer>...</answer>`, or None when the model broke the format."""
     match = _ANSWER_RE.search(text)
     return match.group(1).strip() if match else None
-
-
-def weights_hash(model_dir: Path) -> str:
-    """sha256 over tensor names, dtypes, shapes and raw bytes, so file metadata cannot change it."""
-    digest = hashlib.sha256()
-    tensors: dict[str, torch.Tensor] = {}
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as fh:
-            names = list(fh.keys())  # noqa: SIM118 - safe_open handles are not iterable
-            tensors.update({name: fh.get_tensor(name) for name in names})
-    if not tensors:
-        raise FileNotFoundError(f"no safetensors weights in {model_dir}")
-    for name in sorted(tensors):
-        tensor = tensors[name].contiguous()
-        digest.update(name.encode())
-        digest.update(str(tensor.dtype).encode())
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
 
 
 def build_tokenizer(rows: list[dict]) -> PreTrainedTokenizerFast:
@@ -322,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    previous = args.out / "BUILD_INFO.json"
+    previous = args.out / BUILD_INFO
     previous_info = json.loads(previous.read_text()) if previous.is_file() else {}
     started = time.monotonic()
     out_dir = build_tiny_model(args.out, seed=args.seed, train_steps=args.train_steps)
@@ -347,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     if previous_info.get("weights_hash") == digest:
         # Same weights, so measurements taken outside this script (vLLM accuracy) still hold.
         info.update({k: v for k, v in previous_info.items() if k.startswith("vllm_")})
-    (out_dir / "BUILD_INFO.json").write_text(json.dumps(info, indent=2) + "\n")
+    atomic_write_text(out_dir / BUILD_INFO, json.dumps(info, indent=2) + "\n")
     print(f"weights_hash {digest}")
 
 

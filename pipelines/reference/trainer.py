@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import sys
 import threading
@@ -25,8 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import ray
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from operators.actors.names import NAMESPACE
+from operators.engine.checkpoints import find_checkpoints, tensor_meta, write_checkpoint
+from operators.engine.transfer import meta_of, open_group, send
+from operators.sinks.queue import QueueReader
+from operators.sinks.reader import buffer_config, open_reader
+from pipelines.reference.grpo import GRPOConfig, make_optimizer, train_on_experiences
+from schemas.atomic import atomic_write_json
 from schemas.config import DEFAULT_MODEL, ExperienceBufferConfig
+from schemas.run_dir import CHECKPOINTS, checkpoint_dir_name, trainer_status_path
 
 POLL_S = 0.2
 EPILOG = """\
@@ -59,18 +69,13 @@ class Trainer:
     """One GRPO update per committed explore step; publishes each new version as it is made."""
 
     def __init__(self, options: TrainerOptions):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from operators.engine.checkpoints import tensor_meta
-        from pipelines.reference.grpo import GRPOConfig, make_optimizer
 
         self.options = options
         torch.manual_seed(options.seed)
         torch.set_num_threads(1)  # beside the engines on a laptop; the tiny model needs no more
         source = options.model_path
         if options.first_version > 0:
-            source = self.checkpoint_dir / f"global_step_{options.first_version}"
+            source = self.checkpoint_dir / checkpoint_dir_name(options.first_version)
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         self.model.eval()
         tokenizer = AutoTokenizer.from_pretrained(options.model_path)
@@ -86,7 +91,7 @@ class Trainer:
 
     @property
     def checkpoint_dir(self) -> Path:
-        return Path(self.options.checkpoint_dir or Path(self.options.run_dir) / "checkpoints")
+        return Path(self.options.checkpoint_dir or Path(self.options.run_dir) / CHECKPOINTS)
 
     def run(self) -> int:
         """Train until `steps` versions, an idle timeout, or `stop()`; returns the last version made."""
@@ -116,8 +121,6 @@ class Trainer:
 
         Ends on `stop()`, or when no step comes for `idle_timeout` seconds.
         """
-        from operators.sinks.queue import QueueReader
-        from operators.sinks.reader import buffer_config, open_reader
 
         run_dir = Path(self.options.run_dir)
         buffer = self.options.experience_buffer or buffer_config(run_dir)
@@ -127,7 +130,6 @@ class Trainer:
         return open_reader(run_dir, buffer).steps(self.version + 1, follow=True, **wait)
 
     def _train(self, experiences: pa.Table) -> dict[str, float]:
-        from pipelines.reference.grpo import train_on_experiences
 
         return train_on_experiences(self.model, self.optimizer, experiences, self.grpo, self.pad_id)
 
@@ -140,15 +142,9 @@ class Trainer:
     def _publish(self) -> None:
         method = self.options.method
         if method == "checkpoint":
-            from operators.engine.checkpoints import write_checkpoint
-
             write_checkpoint(self.checkpoint_dir, self.version, self.state_dict(), self.options.model_path)
             self._set_status("require_sync")
         elif method == "memory":
-            import ray
-
-            from operators.engine.transfer import meta_of
-
             state = self.state_dict()
             payload = {"kind": "memory", "state": [ray.put(state)], "meta": meta_of(state)}
             ray.get(self._hub().publish.remote(self.version, payload))
@@ -157,9 +153,6 @@ class Trainer:
 
     def _broadcast(self) -> None:
         """Announce the version, then send it; the send returns once the explorer's engines have it."""
-        import ray
-
-        from operators.engine.transfer import meta_of, send
 
         if self.group is None:
             self.group, self.device = self._open_group()
@@ -169,10 +162,6 @@ class Trainer:
 
     def _open_group(self) -> tuple[Any, str]:
         """Rank 0 of the explorer's group, on its engines' backend; returns the group and the send device."""
-        import ray
-        import torch
-
-        from operators.engine.transfer import open_group
 
         hub = self._hub()
         workers = ray.get(hub.wait_workers.remote(self.options.timeout))
@@ -191,24 +180,16 @@ class Trainer:
 
     def _hub(self) -> Any:
         if self.hub is None:
-            import ray
-
-            from operators.actors.names import NAMESPACE
-
             name = self.options.hub_name or f"{Path(self.options.run_dir).name}/weights"
             self.hub = ray.get_actor(name, namespace=NAMESPACE)
         return self.hub
 
     def _set_status(self, state: str) -> None:
         if self.options.method == "checkpoint":
-            path = self.checkpoint_dir / "trainer_status.json"
+            path = trainer_status_path(self.checkpoint_dir)
             path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".partial")
-            partial.write_text(json.dumps({"state": state, "version": self.version}))
-            os.replace(partial, path)
+            atomic_write_json(path, {"state": state, "version": self.version})
         else:
-            import ray
-
             ray.get(self._hub().set_status.remote(state))
 
 
@@ -234,8 +215,6 @@ class TrainerActor:
 
 def start_trainer_actor(options: TrainerOptions) -> tuple[Any, Any]:
     """The trainer actor and its running `run()` call; fractional CPU so it never starves the read tasks."""
-    import ray
-
     actor = ray.remote(TrainerActor).options(num_cpus=0.25, max_concurrency=2).remote(options)
     return actor, actor.run.remote()
 
@@ -273,10 +252,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.method != "checkpoint":
-        import ray
-
-        from operators.actors.names import NAMESPACE
-
         ray.init(address=args.ray_address, namespace=NAMESPACE, include_dashboard=False)
     options = TrainerOptions(
         run_dir=args.run_dir.resolve(),
@@ -288,9 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
     )
     if args.method == "checkpoint":  # a restarted trainer goes on from its newest checkpoint (new optimizer)
-        from operators.engine.checkpoints import find_checkpoints
-
-        found = find_checkpoints(options.checkpoint_dir or options.run_dir / "checkpoints")
+        found = find_checkpoints(options.checkpoint_dir or options.run_dir / CHECKPOINTS)
         options.first_version = found[-1][0] if found else 0
     version = Trainer(options).run()
     print(f"rftflow train finished at version {version}", file=sys.stderr)

@@ -19,11 +19,12 @@ from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from operators.engine.checkpoints import write_checkpoint
-from pipelines.bench import STATE_FILE, main
+from pipelines.bench import main
 from pipelines.benchmark.report import PLOT_PNG, TABLE_CSV, TABLE_MD
 from pipelines.control.tracking import default_tracking_uri
 from pipelines.explorer import Explorer
 from schemas.config import DEFAULT_EVAL, DEFAULT_MODEL, load_config
+from schemas.run_dir import BENCH_STATE as STATE_FILE
 
 SCALED = "model.layers.1.mlp.down_proj.weight"
 SETTINGS = [f"--set={item}" for item in BASE]

@@ -52,7 +52,7 @@ def test_resume_continues_the_same_run_without_duplicates(engines, tmp_path):
     assert state["latest_step"] == 5 and state["task_index"] == 20
 
 
-def test_skipped_bad_rows_are_counted_and_the_rest_explored(engines, tmp_path, capsys):
+def test_skipped_bad_rows_are_counted_and_the_rest_explored(engines, tmp_path, caplog):
     lines = DEFAULT_EVAL.read_text().splitlines()[:8]
     taskset = tmp_path / "mixed.jsonl"
     taskset.write_text("\n".join([*lines[:4], "{broken", *lines[4:], '{"prompt": "no answer"}']) + "\n")
@@ -65,7 +65,7 @@ def test_skipped_bad_rows_are_counted_and_the_rest_explored(engines, tmp_path, c
     summary = explore(load_config(None, overrides), tmp_path / "run", progress=False, engines=engines)
     assert pq.read_table(summary.run_dir / "experiences").num_rows == 8 * 2  # both steps full
     assert history(summary, "pipeline/skipped_rows/arith") == [0]
-    assert "skipped 2 bad rows" in capsys.readouterr().err
+    assert "skipped 2 bad rows" in caplog.text
 
 
 def test_split_repeats_commit_each_step_once(engines, tmp_path):

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from integration_settings import BASE
 from mlflow import MlflowClient
@@ -78,6 +79,7 @@ def metric_steps(client: MlflowClient, run_id: str) -> dict[str, list[int]]:
     return {name: [m.step for m in client.get_metric_history(run_id, name)] for name in names}
 
 
+@pytest.mark.timeout(900)  # runs explore processes that each start an engine: minutes on 2 cores
 def test_sigkill_at_a_random_moment_then_resume_gives_the_uninterrupted_keys(engines, tmp_path):
     eval_set = tmp_path / "eval.jsonl"
     eval_set.write_text("".join(DEFAULT_EVAL.read_text().splitlines(keepends=True)[:4]))

@@ -2,7 +2,7 @@
 
 The run syncs to checkpoint version 5 after step 1, then a test double of a workflow SIGKILLs the engine's
 process while its own request is in flight in step 3 (an engine dying at a chosen moment is a fault real parts
-cannot show on demand). The supervisor must notice, start a replacement under the same name, load version 5
+cannot show on demand). The engine fleet must notice, start a replacement under the same name, load version 5
 into it (not the base weights), and the lost request must be sent again, so the run completes with every
 experience exactly once and no failed task.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 import ray
 import torch
 from mlflow import MlflowClient
@@ -57,6 +58,7 @@ class EngineKillerDouble(MathWorkflow):
 """
 
 
+@pytest.mark.timeout(900)  # starts engines of its own and replaces one: minutes on 2 cores
 def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_completes(tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
@@ -88,7 +90,7 @@ def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_complete
     async def run() -> tuple[torch.Tensor, list[int]]:
         try:
             await explorer.explore()
-            pids = ray.get([h.ready.remote() for h in explorer.engines.handles])
+            pids = ray.get([h.ready.remote() for h in explorer.fleet.handles])
             engine_processes = [p for ready in pids for p in process_tree(ready["pid"])]
             return await explorer.get_weight(NORM), engine_processes  # read back from the replacement
         finally:
@@ -98,7 +100,7 @@ def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_complete
     assert len(engine_processes) >= 2  # the actor and its vLLM core
     assert_nothing_left(explorer, engine_processes)
     assert marker.exists()  # the engine really was killed, in step 3
-    assert explorer.supervisor.total_restarts == 1
+    assert explorer.fleet.restarts == 1
     assert torch.equal(held, state[NORM].to(held.dtype))  # in the engine's dtype
     assert not torch.equal(held, base[NORM].to(held.dtype))
     table = pq.read_table(explorer.run_dir / "experiences")

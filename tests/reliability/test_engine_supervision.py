@@ -18,8 +18,8 @@ import ray
 
 from operators.engine.actor import EngineGone
 from operators.engine.client import EngineClient
-from pipelines.control.fleet import EngineLost, EngineSupervisor, Restore
-from pipelines.control.runtime import EngineSet, init_ray
+from pipelines.control.fleet import EngineFleet, EngineLost, Restore
+from pipelines.control.runtime import init_ray
 from schemas.config import RayConfig, load_config
 
 
@@ -70,15 +70,32 @@ def local_ray():
     init_ray(RayConfig(num_cpus=4))
 
 
-def supervisor(name: str, restore: Restore, **settings) -> EngineSupervisor:
+FLEETS: list[EngineFleet] = []
+
+
+@pytest.fixture(autouse=True)
+def no_doubles_left():
+    """Each test's engine doubles are stopped after it, whatever it asserted."""
+    yield
+    while FLEETS:
+        FLEETS.pop().stop()
+
+
+def supervisor(name: str, restore: Restore | None, **settings) -> EngineFleet:
+    """A fleet of one engine double called `name`, on `restore` (None: the base model)."""
     overrides = [f"explorer.{k}={v}" for k, v in settings.items()]
     cfg = load_config(None, ["explorer.health_check_timeout=10", *overrides])
-    engines = EngineSet([name], [Double.options(name=name).remote()])
 
     def launch(engine_name: str, closed: bool):
         return Double.options(name=engine_name).remote(closed=closed)
 
-    return EngineSupervisor(cfg, engines, lambda: restore, say=lambda line: None, launch=launch)
+    fleet = EngineFleet(cfg, "unused", launch=launch)
+    fleet.names = [name]
+    fleet.launch()
+    FLEETS.append(fleet)
+    if restore is not None:
+        fleet.current = restore  # as if a load had put the engines there
+    return fleet
 
 
 def test_a_call_in_flight_on_a_killed_engine_is_sent_again_to_its_replacement():
@@ -122,32 +139,27 @@ def test_a_client_gives_up_when_no_replacement_comes(monkeypatch, restart_timeou
 def test_a_dead_core_is_replaced_and_the_replacement_loads_the_current_version():
     watcher = supervisor("double/engine-core", Restore(3, path=Path("/ckpt/global_step_3")))
     assert watcher.check() == []  # healthy: nothing to do
-    ray.get(watcher.engines.handles[0].kill_core.remote())
+    ray.get(watcher.handles[0].kill_core.remote())
     assert watcher.check() == [0]
-    replacement = watcher.engines.handles[0]
+    replacement = watcher.handles[0]
     assert ray.get(replacement.ready.remote())["model_version"] == 3
     assert ray.get(replacement.loaded.remote()) == ["/ckpt/global_step_3"]
-    assert watcher.total_restarts == 1 and watcher.check() == []
+    assert watcher.restarts == 1 and watcher.check() == []
 
 
 def test_restarts_are_bounded():
-    watcher = supervisor("double/engine-bounded", Restore(0), max_engine_restarts=1)
-    ray.get(watcher.engines.handles[0].kill_core.remote())
+    watcher = supervisor("double/engine-bounded", None, max_engine_restarts=1)
+    ray.get(watcher.handles[0].kill_core.remote())
     assert watcher.check() == [0]
-    ray.get(watcher.engines.handles[0].kill_core.remote())
+    ray.get(watcher.handles[0].kill_core.remote())
     with pytest.raises(EngineLost, match="after 1 restarts; giving up"):
         watcher.check()
 
 
 def test_a_version_with_nothing_to_reload_from_stops_rather_than_serving_the_base():
-    watcher = supervisor("double/engine-unrestorable", Restore(0))
-
-    def nothing_to_reload() -> Restore:
-        raise EngineLost("version 4 came by broadcast")
-
-    watcher.restore = nothing_to_reload
-    original = watcher.engines.handles[0]
+    watcher = supervisor("double/engine-unrestorable", Restore(4))  # version 4 came by broadcast
+    original = watcher.handles[0]
     ray.get(original.kill_core.remote())
     with pytest.raises(EngineLost, match="broadcast"):
         watcher.check()
-    assert watcher.engines.handles[0] is original  # not swapped for an engine on the wrong weights
+    assert watcher.handles[0] is original  # not swapped for an engine on the wrong weights

@@ -10,9 +10,10 @@ import ray
 from integration_settings import BASE
 from unit.unit_factories import make_experience, write_and_commit
 
-from operators.actors.names import NAMESPACE, init_ray
+from operators.actors.names import NAMESPACE
 from operators.sinks.parquet import ParquetSink
 from operators.sinks.queue import QueueFeed, QueueReader, queue_name
+from pipelines.control.runtime import init_ray
 from schemas.config import load_config
 from schemas.experience import experiences_to_table
 

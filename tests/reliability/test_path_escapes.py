@@ -22,7 +22,9 @@ from operators.engine.checkpoints import (
     weight_files,
 )
 from operators.rollout.plugins import PluginError, load_plugins
-from pipelines.bench import Bench, BenchState, Candidate, check_candidate, select_candidates
+from pipelines.benchmark.loop import Bench
+from pipelines.benchmark.selection import Candidate, check_candidate, select_candidates
+from pipelines.benchmark.state import BenchState
 from pipelines.control.weight_sync import CheckpointSource, WeightSyncer
 from pipelines.explore import main
 from schemas.config import DEFAULT_MODEL, load_config
@@ -106,8 +108,8 @@ def test_an_index_of_the_wrong_shape_is_refused_not_a_traceback(tmp_path):
 def test_the_weight_sync_keeps_its_weights_and_says_why(ckpts):
     source = CheckpointSource(ckpts, EXPECTED)
     assert source.latest_version() == 4  # the escaped 5 is no version the trainer has
-    untouchable = object()  # an engine handle that fails the test if any load reaches it
-    outcome = WeightSyncer(source, [untouchable], timeout=1.0).sync(current=1)
+    untouchable = object()  # a fleet that fails the test if any load reaches it
+    outcome = WeightSyncer(source, untouchable, timeout=1.0).sync(current=1)
     assert (outcome.ok, outcome.version) == (False, 1)
     assert outcome.reason.startswith(f"refused: {ckpts / 'global_step_5'}: resolves to")
 
@@ -115,7 +117,7 @@ def test_the_weight_sync_keeps_its_weights_and_says_why(ckpts):
 def test_the_benchmark_reports_an_escaped_checkpoint_and_goes_on(ckpts, tmp_path):
     candidates = select_candidates(checkpoint_dir=ckpts)
     assert [(c.step, c.root) for c in candidates] == [(1, ckpts), (2, ckpts), (5, ckpts)]  # 4 is 2's copy
-    bench = Bench(load_config(), tmp_path / "run", None, None, BenchState(), {}, EXPECTED, say=print)
+    bench = Bench(load_config(), tmp_path / "run", None, None, BenchState(), {}, EXPECTED)
     assert bench.run_one(candidates[-1]) == "failed"  # before any engine, hash or MLflow run
     (failure,) = bench.report.failures
     assert (

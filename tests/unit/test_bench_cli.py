@@ -13,25 +13,20 @@ import torch
 import yaml
 from unit_factories import make_experience
 
-from operators.engine.checkpoints import CheckpointError, write_checkpoint
-from pipelines.bench import (
-    BenchState,
+from operators.engine.checkpoints import CheckpointError, weights_hash, write_checkpoint
+from pipelines.bench import main, parse_args
+from pipelines.benchmark.identity import taskset_key
+from pipelines.benchmark.loop import child_params, mlflow_metrics, result_metrics
+from pipelines.benchmark.report import csv_columns, table_rows, write_outputs
+from pipelines.benchmark.selection import (
     Candidate,
     Failure,
     check_candidate,
     checkpoint_step,
-    child_params,
-    explorer_selection,
-    main,
-    mlflow_metrics,
-    parse_args,
-    resolve_tasksets,
-    result_metrics,
     select_candidates,
-    taskset_key,
-    weights_hash,
 )
-from pipelines.benchmark.report import csv_columns, table_rows, write_outputs
+from pipelines.benchmark.session import explorer_selection, resolve_tasksets
+from pipelines.benchmark.state import BenchState
 from schemas.config import DEFAULT_EVAL, DEFAULT_MODEL, load_config
 from schemas.errors import InputError
 from schemas.experience import EXPERIENCE_SCHEMA
@@ -197,7 +192,7 @@ def test_result_metrics_from_experiences():
 
 
 def test_state_round_trip_and_replacement(tmp_path):
-    state = BenchState("run1")
+    state = BenchState(parent_run_id="run1")
     record = {"checkpoint": "c", "step": 1, "weights_hash": "h", "key": "k", "child_run_id": "child"}
     state.put(record)
     state.put({**record, "child_run_id": "child2"})

@@ -1,31 +1,33 @@
 """The benchmark loop without engines: skip, fail and go on, watch, MLflow child runs (real, on SQLite).
 
-`RecordingBench` is a test double for the two engine-facing steps only (the in-place load and the eval run);
-checks, hashing, state, resume, watching, MLflow, the table and the plot are the real code.
+Two test doubles stand in for the engine-facing parts only: `FleetDouble` (the `Fleet` protocol: loads are
+recorded, not made) and `RecordingBench.eval_double` (the `evaluate` function: it returns one stand-in
+experience per task instead of running the taskset). Checks, hashing, state, resume, watching, MLflow, the
+table and the plot are the real code.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from unit_factories import make_results
 
-import pipelines.bench as bench_module
-from operators.engine.checkpoints import write_checkpoint
-from pipelines.bench import (
-    Bench,
-    BenchState,
-    Candidate,
-    ParentRun,
-    Selection,
-    run_benchmark,
-)
+import pipelines.benchmark.loop as loop_module
+from operators.engine.checkpoints import weights_hash, write_checkpoint
+from pipelines.benchmark.loop import Bench, run_benchmark
 from pipelines.benchmark.report import PLOT_PNG, TABLE_CSV
-from pipelines.control.runtime import EngineSet
+from pipelines.benchmark.selection import Selection
+from pipelines.benchmark.state import BenchState
+from pipelines.control.evaluate import Evaluation
+from pipelines.control.fleet import Loaded, Restore, WeightUpdate
 from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
-from schemas.config import DEFAULT_MODEL, TasksetConfig, load_config
+from schemas.config import DEFAULT_MODEL, load_config
+from schemas.status import flatten_experiences
 
 METRICS = {
     "accuracy": 0.5,
@@ -46,24 +48,51 @@ METRICS = {
 }
 
 
+class FleetDouble:
+    """Test double of the `Fleet` protocol: records the versions it is asked to load."""
+
+    names: list[str] = []
+    restarts = 0
+    error = None
+    group_backend = "gloo"
+
+    def __init__(self) -> None:
+        self.loads: list[int] = []
+        self.restore_point = Restore(0, path=DEFAULT_MODEL)
+
+    def load(self, update: WeightUpdate, timeout: float) -> Loaded:
+        self.loads.append(update.version)
+        self.restore_point = update.restore_point()
+        return Loaded(0.0, 0)
+
+    def get_weight(self, name: str) -> Any:
+        raise NotImplementedError
+
+    def open_weight_group(self, address: str, port: int, timeout: float) -> None:
+        raise NotImplementedError
+
+
 @dataclass
 class RecordingBench(Bench):
-    """Double: loads and evals are recorded, not run; `on_eval` lets a test act as a trainer meanwhile."""
+    """The real `Bench`, given the doubles; `on_eval` lets a test act as a trainer during an eval."""
 
-    loads: list[int] = field(default_factory=list)
+    recorder: FleetDouble = field(default_factory=FleetDouble)
     evals: list[tuple[int, str]] = field(default_factory=list)
     on_eval: dict[int, object] = field(default_factory=dict)
 
-    def _load(self, candidate: Candidate) -> str:
-        self.reloads += 1
-        self.loads.append(candidate.step)
-        return ""
+    def __post_init__(self) -> None:
+        self.evaluate = self.eval_double
 
-    def _evaluate(self, candidate: Candidate, weights: str, taskset: TasksetConfig, child: str) -> None:
-        self.evals.append((candidate.step, taskset.name))
-        if candidate.step in self.on_eval:
-            self.on_eval.pop(candidate.step)()
-        self._keep(candidate, weights, taskset, child, METRICS, 0.0)  # the real bookkeeping, stand-in metrics
+    @property
+    def loads(self) -> list[int]:
+        return self.recorder.loads
+
+    def eval_double(self, cfg, fleet, taskset, plan, step: int, out: Path) -> Evaluation:
+        self.evals.append((step, taskset.name))
+        if step in self.on_eval:
+            self.on_eval.pop(step)()
+        records = make_results([(f"{taskset.name}/e0/0", step, 2)])
+        return Evaluation(taskset, flatten_experiences(records), records, 1.0)
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +123,11 @@ def setup(tmp_path, base_tensors, expected, write_jsonl, tracking):
 
     def make(**kwargs) -> RecordingBench:
         state = BenchState.load(run_dir)
-        kwargs.setdefault("engines", EngineSet([], []))
+        recorder = FleetDouble()
+        kwargs.setdefault("fleet", recorder)
         return RecordingBench(
-            cfg, run_dir, parent=ParentRun(monitor.client, monitor.run_id), state=state, plans={},
-            expected=expected, say=lambda line: None, **kwargs,
+            cfg, run_dir, parent=monitor, state=state, plans=defaultdict(type(None)), expected=expected,
+            recorder=recorder, **kwargs,
         )  # fmt: skip
 
     return {"make": make, "checkpoint": checkpoint, "ckpts": ckpts, "monitor": monitor, "run_dir": run_dir}
@@ -113,7 +143,7 @@ def test_each_checkpoint_once_then_skipped_and_a_copy_is_skipped_too(setup, tmp_
 
     for step in (1, 10, 2):
         setup["checkpoint"](step)
-    bench = setup["make"](loaded_hash=bench_module.weights_hash(DEFAULT_MODEL))
+    bench = setup["make"](loaded_hash=weights_hash(DEFAULT_MODEL))
     report = run_benchmark(bench, Selection(checkpoint_dir=setup["ckpts"], include_base=True), progress=False)
     assert bench.evals == [(0, "small"), (1, "small"), (2, "small"), (10, "small")]
     assert bench.loads == [1, 2, 10]  # the engines already held the base: no load for it
@@ -128,7 +158,7 @@ def test_each_checkpoint_once_then_skipped_and_a_copy_is_skipped_too(setup, tmp_
         again,
         Selection([copy], setup["ckpts"], include_base=True),
         progress=False,
-        restore=(0, DEFAULT_MODEL),
+        restore=Restore(0, path=DEFAULT_MODEL),
     )
     assert again.evals == [] and again.loads == [] and len(report.skipped) == 5
     assert len(children(setup["monitor"])) == 4
@@ -138,14 +168,14 @@ def test_engines_start_on_first_need_only(setup):
     setup["checkpoint"](1)
     started: list[int] = []
 
-    def start() -> EngineSet:
+    def start() -> FleetDouble:
         started.append(1)
-        return EngineSet([], [])
+        return first.recorder
 
-    first = setup["make"](engines=None, start_engines=start)
+    first = setup["make"](fleet=None, start_fleet=start)
     run_benchmark(first, Selection(checkpoint_dir=setup["ckpts"], include_base=True), progress=False)
     assert started == [1] and first.loads == [1]  # started on the base: only step 1 is loaded
-    rerun = setup["make"](engines=None, start_engines=start)
+    rerun = setup["make"](fleet=None, start_fleet=start)
     report = run_benchmark(rerun, Selection(checkpoint_dir=setup["ckpts"], include_base=True), progress=False)
     assert started == [1] and len(report.skipped) == 2  # nothing new: no engine start
 
@@ -207,7 +237,7 @@ def test_an_eval_that_raises_fails_that_checkpoint_only(setup):
 
 
 def test_watch_picks_up_new_checkpoints_until_the_trainer_stops(setup, monkeypatch, base_tensors):
-    monkeypatch.setattr(bench_module, "WATCH_POLL_S", 0.0)
+    monkeypatch.setattr(loop_module, "WATCH_POLL_S", 0.0)
     setup["checkpoint"](1)
     ckpts = setup["ckpts"]
     bench = setup["make"]()
@@ -226,7 +256,7 @@ def test_watch_picks_up_new_checkpoints_until_the_trainer_stops(setup, monkeypat
 
 
 def test_watch_ends_at_the_timeout(setup, monkeypatch):
-    monkeypatch.setattr(bench_module, "WATCH_POLL_S", 0.0)
+    monkeypatch.setattr(loop_module, "WATCH_POLL_S", 0.0)
     bench = setup["make"]()
     report = run_benchmark(
         bench, Selection(checkpoint_dir=setup["ckpts"], watch=True, timeout=0.0), progress=False
@@ -235,7 +265,7 @@ def test_watch_ends_at_the_timeout(setup, monkeypatch):
 
 
 def test_latest_only_when_watching_takes_the_newest(setup, monkeypatch):
-    monkeypatch.setattr(bench_module, "WATCH_POLL_S", 0.0)
+    monkeypatch.setattr(loop_module, "WATCH_POLL_S", 0.0)
     for step in (1, 5, 3):
         setup["checkpoint"](step)
     (setup["ckpts"] / "trainer_status.json").write_text(json.dumps({"state": "stopped"}))

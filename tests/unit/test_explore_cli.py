@@ -10,7 +10,7 @@ import pytest
 import yaml
 from unit_factories import make_results
 
-from pipelines.control.explorer import failure_messages
+from pipelines.control.step_report import failure_messages
 from pipelines.explore import DEFAULT_STEPS, build_config, main, parse_args
 from schemas.errors import InputError
 

@@ -15,7 +15,7 @@ from operators.workflows.registry import create_workflow, load_builtins
 
 PLUGIN = """
 from operators.rollout.rewards import register_reward
-from operators.workflows.math import SingleTurnWorkflow
+from operators.workflows.single_turn import SingleTurnWorkflow
 from operators.workflows.registry import register_workflow
 
 

@@ -1,0 +1,147 @@
+"""Generate the README's configuration table from the pydantic schema in schemas/config.py.
+
+The schema is the single source of truth for every config key: its default and its `description=`. This
+script renders one table row per leaf field (nested sections expanded to dotted keys, in declaration order)
+and writes the rows into README.md between the `<!-- config-table:start -->` and `<!-- config-table:end -->`
+markers, so the documented keys, defaults and meanings cannot drift from the code.
+
+    python docs/config_table.py           # rewrite the table in place
+    python docs/config_table.py --check   # exit 1, naming the first differing key, if README.md is stale
+
+A default that is machine-specific (an absolute path to the bundled assets) is rendered from the field's
+`json_schema_extra={"doc_default": "..."}` text, verbatim; without one such a field is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python docs/config_table.py`: sys.path[0] is docs/
+    sys.path.insert(0, str(ROOT))
+
+from schemas.config import Config, Strict  # noqa: E402
+
+README = ROOT / "README.md"
+START = "<!-- config-table:start -->"
+END = "<!-- config-table:end -->"
+HEADER = ["| key | default | meaning |", "|---|---|---|"]
+
+
+class TableError(Exception):
+    """The README cannot be checked or rewritten (markers missing), or a field cannot be documented."""
+
+
+def render_default(value: Any) -> str:
+    """A default as YAML would spell it: `null`, `true`, `8`, `1.0`, `parquet`, `[]`."""
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, Path):
+        if value.is_absolute():
+            raise TableError(f"absolute path default {value}: give the field a json_schema_extra doc_default")
+        text = str(value)
+    elif isinstance(value, int | float):
+        text = repr(value)
+    else:
+        text = json.dumps(value, default=str)
+    return f"`{text}`"
+
+
+def leaf_rows(section: Strict, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, rendered default, meaning) for every leaf field under `section`, in declaration order."""
+    rows: list[tuple[str, str, str]] = []
+    for name, field in type(section).model_fields.items():
+        key = f"{prefix}{name}"
+        value = getattr(section, name)
+        if isinstance(value, Strict):
+            rows.extend(leaf_rows(value, f"{key}."))
+            continue
+        if not field.description:
+            raise TableError(f"`{key}` has no description in schemas/config.py")
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        default = str(extra["doc_default"]) if "doc_default" in extra else render_default(value)
+        rows.append((key, default, field.description))
+    return rows
+
+
+def table_lines(config: Config | None = None) -> list[str]:
+    """The table's markdown lines (header included) for `config`'s values as defaults (default: Config())."""
+    cells = [(f"`{key}`", default, meaning) for key, default, meaning in leaf_rows(config or Config())]
+    return HEADER + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+
+
+def split_readme(text: str) -> tuple[str, list[str], str]:
+    """(text through the start marker, non-blank lines between the markers, the rest from the end marker)."""
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        raise TableError(f"README has no {START} ... {END} block")
+    head = text[: start + len(START)]
+    body = [line for line in text[len(head) : end].splitlines() if line.strip()]
+    return head, body, text[end:]
+
+
+def row_key(line: str) -> str:
+    return line.strip("| ").split(" | ", 1)[0].strip("`")
+
+
+def first_difference(current: list[str], wanted: list[str]) -> str | None:
+    """A message naming the first key whose row differs (or is missing or extra); None when they agree."""
+    for index in range(max(len(current), len(wanted))):
+        have = current[index] if index < len(current) else None
+        want = wanted[index] if index < len(wanted) else None
+        if have == want:
+            continue
+        if want is None:
+            return f"README row `{row_key(have or '')}` is not in the schema"
+        if have is None:
+            return f"`{row_key(want)}` is missing from the README table"
+        return f"`{row_key(want)}` differs: README has\n  {have}\nschema gives\n  {want}"
+    return None
+
+
+def check(readme: Path = README) -> str | None:
+    """None when `readme`'s table matches the schema, else a message naming the first differing key."""
+    _, body, _ = split_readme(readme.read_text())
+    return first_difference(body, table_lines())
+
+
+def write(readme: Path = README) -> bool:
+    """Rewrite `readme`'s table from the schema; True when the file changed."""
+    text = readme.read_text()
+    head, _, tail = split_readme(text)
+    new = head + "\n\n" + "\n".join(table_lines()) + "\n\n" + tail
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the README table is out of date")
+    parser.add_argument("--readme", type=Path, default=README, help="the file to check or rewrite")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            problem = check(args.readme)
+            if problem:
+                print(f"{args.readme}: configuration table is out of date: {problem}", file=sys.stderr)
+                print("run: python docs/config_table.py", file=sys.stderr)
+                return 1
+            return 0
+        print(f"{args.readme}: {'rewritten' if write(args.readme) else 'already up to date'}")
+        return 0
+    except TableError as exc:
+        print(f"{args.readme}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

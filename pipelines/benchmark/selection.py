@@ -1,0 +1,133 @@
+"""Which checkpoints a benchmark runs, in which order, and whether each can be loaded at all.
+
+Every check here reads only headers and `config.json`, so a bad checkpoint is reported with its reason before
+any engine sees it, and the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from operators.engine.checkpoints import (
+    STEP_DIR,
+    CheckpointError,
+    TensorMetaMap,
+    check_checkpoint,
+    find_checkpoints,
+)
+from pipelines.control.sync_policy import read_trainer_status
+from schemas.run_dir import trainer_status_path
+
+DEFAULT_TIMEOUT_S = 3600.0
+TRAILING_NUMBER = re.compile(r"(?:^|[-_])(\d+)$")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One model directory to benchmark, with the step its metrics are logged at."""
+
+    path: Path
+    step: int
+    is_base: bool = False
+    root: Path | None = None  # the --checkpoint-dir it was found in; a path the user named has none
+
+    @property
+    def label(self) -> str:
+        return "base" if self.is_base else self.path.name
+
+
+def checkpoint_step(path: Path, position: int) -> int:
+    """`global_step_N` → N; a trailing number (`checkpoint-500`) → that number; else the 1-based position."""
+    name = Path(path).name
+    match = STEP_DIR.match(name) or TRAILING_NUMBER.search(name)
+    return int(match.group(1)) if match else position
+
+
+def select_candidates(
+    checkpoints: Iterable[Path] = (),
+    checkpoint_dir: Path | None = None,
+    base: Path | None = None,
+    latest_only: bool = False,
+) -> list[Candidate]:
+    """The checkpoints to run, by ascending step: the base (step 0) first, then the listed and found ones.
+
+    Paths given in any order are sorted by their step; a path named twice is run once. With `latest_only`
+    only the highest step is kept (and the base, when asked for).
+    """
+    found: list[Candidate] = []
+    for position, path in enumerate(checkpoints, start=1):
+        found.append(Candidate(Path(path), checkpoint_step(Path(path), position)))
+    if checkpoint_dir is not None:
+        found.extend(
+            Candidate(path, step, root=Path(checkpoint_dir))
+            for step, path in find_checkpoints(checkpoint_dir)
+        )
+    seen: set[str] = set()
+    unique = []
+    for candidate in sorted(found, key=lambda c: c.step):  # stable: ties keep the order given
+        key = str(candidate.path.resolve())
+        if key not in seen and (base is None or key != str(Path(base).resolve())):
+            seen.add(key)
+            unique.append(candidate)
+    if latest_only and unique:
+        unique = [c for c in unique if c.step == unique[-1].step][-1:]
+    return ([Candidate(Path(base), 0, is_base=True)] if base is not None else []) + unique
+
+
+@dataclass
+class Selection:
+    """Which checkpoints: listed paths, a `global_step_N` folder, the base; optionally watched."""
+
+    checkpoints: list[Path] = field(default_factory=list)
+    checkpoint_dir: Path | None = None
+    include_base: bool = False
+    latest_only: bool = False
+    watch: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S
+
+
+def check_architecture(directory: Path, base: Path) -> None:
+    """Same `model_type` and `architectures` as the engine's model: the tensor checks alone miss a renamed
+    architecture with the same tensors."""
+    try:
+        mine = json.loads((Path(directory) / "config.json").read_text())
+        theirs = json.loads((Path(base) / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{directory}: unreadable config.json ({exc})") from None
+    for key in ("model_type", "architectures"):
+        if mine.get(key) != theirs.get(key):
+            raise CheckpointError(
+                f"{directory}: incompatible architecture: {key} is {mine.get(key)!r}, "
+                f"the engine runs {theirs.get(key)!r}"
+            )
+
+
+def check_candidate(candidate: Candidate, expected: TensorMetaMap, base: Path) -> None:
+    """Raise CheckpointError naming why this directory cannot be loaded into the engines."""
+    path = candidate.path
+    if not path.exists():
+        raise CheckpointError(f"{path}: not found")
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a directory")
+    check_checkpoint(path, expected, root=candidate.root)  # config.json, whole files, the model's tensors
+    check_architecture(path, base)
+
+
+def trainer_stopped(checkpoint_dir: Path | None) -> bool:
+    """A trainer that says it has stopped writes no more checkpoints: watching can end early."""
+
+    if checkpoint_dir is None:
+        return False
+    return read_trainer_status(str(trainer_status_path(checkpoint_dir))).state == "stopped"
+
+
+@dataclass
+class Failure:
+    """A checkpoint that could not be measured, and why."""
+
+    candidate: Candidate
+    reason: str

@@ -1,0 +1,81 @@
+"""The input checks made before any engine starts, in one place: tasksets, the model, plugins, workflows.
+
+Every refusal is an `InputError` naming the file, row and field, so a run that cannot work fails in seconds
+with exit code 2 and commits nothing, instead of after an engine start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from operators.engine.checkpoints import CheckpointError, TensorMetaMap, tensor_meta
+from operators.rollout.plugins import load_plugins
+from operators.rollout.rewards import get_reward_fn
+from operators.tasks.reader import TasksetPlan, plan_taskset
+from operators.workflows.registry import load_builtins, workflow_class
+from schemas.config import Config
+from schemas.errors import InputError
+
+
+@dataclass
+class Inputs:
+    """What the checks found: the training plan (None for a benchmark), the eval plans, the base tensors."""
+
+    plan: TasksetPlan | None
+    eval_plans: dict[str, TasksetPlan]
+    expected: TensorMetaMap
+
+
+def check_model_dir(path: Path) -> None:
+    if not Path(path).is_dir():
+        raise InputError("model directory not found", file=str(path), field="model.model_path")
+    if not (Path(path) / "config.json").is_file():
+        raise InputError(
+            "not a Hugging Face model directory (no config.json)", file=str(path), field="model.model_path"
+        )
+
+
+def base_tensor_meta(model_path: Path) -> TensorMetaMap:
+    """The base model's tensors: what every synced version and benchmarked checkpoint must match."""
+    try:
+        return tensor_meta(model_path)
+    except CheckpointError as exc:
+        raise InputError(str(exc), file=str(model_path), field="model.model_path") from None
+
+
+def check_workflows(cfg: Config) -> None:
+    """Load plugins and check every workflow and reward name."""
+    load_builtins()
+    for plugin_dir in cfg.plugin_dirs:
+        load_plugins(plugin_dir)
+    explorer_input = cfg.buffer.explorer_input
+    tasksets = [(explorer_input.taskset, False)] + [(ts, True) for ts in explorer_input.eval_tasksets]
+    for taskset, is_eval in tasksets:
+        where = f"taskset '{taskset.name}'"
+        try:
+            workflow_class(explorer_input.workflow_for(taskset, is_eval))
+            if taskset.default_reward_fn_type:
+                get_reward_fn(taskset.default_reward_fn_type)
+        except KeyError as exc:
+            raise InputError(
+                f"{where}: {exc.args[0]}", field="default_workflow_type / default_reward_fn_type"
+            ) from None
+
+
+def check_inputs(cfg: Config, train: bool = True) -> Inputs:
+    """Plan the training taskset (when `train`) and every eval taskset, check the model and the workflows."""
+    buffer = cfg.buffer
+    explorer_input = buffer.explorer_input
+    plan = (
+        plan_taskset(explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps)
+        if train
+        else None
+    )
+    eval_plans = {
+        ts.name: plan_taskset(ts, buffer.batch_size, 1, None) for ts in explorer_input.eval_tasksets
+    }
+    check_model_dir(cfg.model.model_path)
+    expected = base_tensor_meta(cfg.model.model_path)
+    check_workflows(cfg)
+    return Inputs(plan, eval_plans, expected)

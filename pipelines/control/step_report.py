@@ -1,0 +1,95 @@
+"""What the driver reports for each committed step: MLflow metrics and tables, the progress bar, console
+lines (through `logging`) and the run's totals for the closing summary."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm import tqdm
+
+from pipelines.control.metrics import failure_table, sample_table, step_metrics
+from pipelines.control.steps import CommittedStep
+from pipelines.control.tracking import MlflowMonitor
+from schemas.config import Config
+from schemas.run_dir import failures_artifact, samples_artifact
+
+log = logging.getLogger(__name__)
+
+
+def failure_messages(records: pa.Table, limit: int = 3) -> list[str]:
+    """A few failed tasks' messages, so a failing workflow is visible while the run goes on."""
+    failed = records.filter(pc.invert(records.column("ok")))
+    rows = failed.select(["task_uid", "message"]).slice(0, limit).to_pylist()
+    more = len(failed) - len(rows)
+    return [f"{r['task_uid']}: {r['message']}" for r in rows] + ([f"... and {more} more"] if more > 0 else [])
+
+
+class StepReporter:
+    """Per-step reporting and the run's totals; the bar counts tasks, not sub-runs."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        monitor: MlflowMonitor,
+        total_tasks: int,
+        num_steps: int,
+        first_step: int,
+        progress: bool = True,
+    ):
+        self.cfg, self.monitor, self.num_steps = cfg, monitor, num_steps
+        done_tasks = min((first_step - 1) * cfg.buffer.batch_size, total_tasks)
+        self.bar = tqdm(
+            total=total_tasks,
+            initial=done_tasks,
+            unit="task",
+            desc="explore",
+            dynamic_ncols=True,
+            disable=not progress,
+        )
+        self.started = time.monotonic()
+        self.totals = {"experiences": 0, "rewards": 0.0, "tokens": 0, "failed": 0}
+        self.step_rewards: dict[int, float] = {}
+
+    def reported(self, records: pa.Table) -> None:
+        """Sub-run records came in: advance the bar by the tasks they finish."""
+        self.bar.update(pc.sum(pc.equal(records.column("run_id_base"), 0)).as_py() or 0)
+
+    def committed(self, done: CommittedStep, engine_restarts: int) -> None:
+        metrics = step_metrics(
+            done.experiences, done.records, done.seconds, done.reference_version, done.dropped_stale
+        )
+        metrics["engine/restarts"] = float(engine_restarts)
+        if done.dropped_stale:
+            log.warning(
+                "step %d: dropped %d experiences more than %s versions behind version %d",
+                done.step,
+                done.dropped_stale,
+                self.cfg.synchronizer.max_staleness,
+                done.reference_version,
+            )
+        self.monitor.log_metrics(metrics, done.step)
+        limit = self.cfg.monitor.sample_rollouts
+        if limit and len(done.experiences):
+            self.monitor.log_table(sample_table(done.experiences, limit), samples_artifact(done.step))
+        if metrics["rollout/failed_tasks"]:
+            self.monitor.log_table(failure_table(done.records), failures_artifact(done.step))
+        totals = self.totals
+        totals["experiences"] += len(done.experiences)
+        totals["rewards"] += pc.sum(done.experiences.column("reward")).as_py() or 0.0
+        totals["tokens"] += pc.sum(pc.list_value_length(done.experiences.column("response_ids"))).as_py() or 0
+        totals["failed"] += int(metrics["rollout/failed_tasks"])
+        if "rollout/reward/mean" in metrics:
+            self.step_rewards[done.step] = metrics["rollout/reward/mean"]
+        for message in failure_messages(done.records):
+            log.warning("step %d: task failed: %s", done.step, message)
+        self.bar.set_postfix(
+            step=f"{done.step}/{self.num_steps}",
+            tok_s=f"{totals['tokens'] / max(time.monotonic() - self.started, 1e-9):.0f}",
+            reward=f"{metrics.get('rollout/reward/mean', float('nan')):.2f}",
+        )
+
+    def close(self) -> None:
+        self.bar.close()

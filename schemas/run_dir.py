@@ -1,0 +1,142 @@
+"""Every path the project writes inside a run directory and a checkpoint directory, named once.
+
+A run directory (`--run-dir`, README "Outputs" and "Benchmarking checkpoints"):
+
+    experiences/step_NNNNNN/part-*.parquet  committed steps (Parquet sink)
+    experiences/_pending/                   fragments of steps not yet committed (every sink)
+    experiences.db                          SQL sink, default SQLite file
+    mlflow.db                               the MLflow tracking store (SQLite)
+    mlartifacts/                            MLflow artifacts: `samples/step_NNNNNN.json`, `failures/...`
+    config.yaml                             the resolved config
+    explorer_state.json                     where the explorer stands
+    checkpoints/                            the default checkpoint dir
+    eval/step_NNNNNN/<taskset>.parquet      eval experiences
+    bench_state.json, bench_results.csv, bench_results.md, bench_plot.png    the bench's results
+    bench/step_N-<hash>/<taskset>.parquet   the bench's eval experiences
+
+A checkpoint directory: `global_step_N/` per version (written aside as `.global_step_N.partial/`) and
+`trainer_status.json`. A model directory the project builds also holds `BUILD_INFO.json`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# run directory
+EXPERIENCES = "experiences"  # the staging root: Parquet's committed steps, and every sink's pending fragments
+PENDING = "_pending"  # under EXPERIENCES; `_` so dataset readers skip it
+EXPERIENCES_DB = "experiences.db"
+MLFLOW_DB = "mlflow.db"
+MLARTIFACTS = "mlartifacts"
+CONFIG = "config.yaml"
+EXPLORER_STATE = "explorer_state.json"
+CHECKPOINTS = "checkpoints"
+EVAL = "eval"
+BENCH = "bench"
+BENCH_STATE = "bench_state.json"
+BENCH_RESULTS_CSV = "bench_results.csv"
+BENCH_RESULTS_MD = "bench_results.md"
+BENCH_PLOT = "bench_plot.png"
+# checkpoint directory
+TRAINER_STATUS = "trainer_status.json"
+CHECKPOINT_PREFIX = "global_step_"
+CHECKPOINT_DIR = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+# model directory
+BUILD_INFO = "BUILD_INFO.json"
+
+STEP_PREFIX = "step_"
+STEP_GLOB = f"{STEP_PREFIX}*"
+
+
+def step_dir_name(step: int) -> str:
+    """`step_000042`: a committed, pending or eval step's folder."""
+    return f"{STEP_PREFIX}{step:06d}"
+
+
+def checkpoint_dir_name(version: int) -> str:
+    """`global_step_N`: a checkpoint's folder (N not padded, as trainers write it)."""
+    return f"{CHECKPOINT_PREFIX}{version}"
+
+
+def partial_checkpoint_dir_name(version: int) -> str:
+    """`.global_step_N.partial`: a checkpoint being written; never matches `CHECKPOINT_DIR`."""
+    return f".{checkpoint_dir_name(version)}.partial"
+
+
+def checkpoint_version(name: str) -> int | None:
+    """N for a folder named `global_step_N`, else None."""
+    match = CHECKPOINT_DIR.match(name)
+    return int(match.group(1)) if match else None
+
+
+def bench_dir_name(step: int, weights_hash: str) -> str:
+    """`step_N-<first 12 hex of the weights hash>`: one checkpoint's bench experiences."""
+    return f"{STEP_PREFIX}{step}-{weights_hash[:12]}"
+
+
+def samples_artifact(step: int) -> str:
+    """The MLflow artifact file of a step's sample rollouts."""
+    return f"samples/{step_dir_name(step)}.json"
+
+
+def failures_artifact(step: int) -> str:
+    """The MLflow artifact file of a step's failed tasks."""
+    return f"failures/{step_dir_name(step)}.json"
+
+
+def trainer_status_path(checkpoint_dir: Path | str) -> Path:
+    return Path(checkpoint_dir) / TRAINER_STATUS
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The paths of one run directory: `RunDir(root).explorer_state`, `.eval_step(3)`, ..."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def experiences(self) -> Path:
+        return self.root / EXPERIENCES
+
+    @property
+    def pending(self) -> Path:
+        return self.experiences / PENDING
+
+    @property
+    def experiences_db(self) -> Path:
+        return self.root / EXPERIENCES_DB
+
+    @property
+    def mlflow_db(self) -> Path:
+        return self.root / MLFLOW_DB
+
+    @property
+    def mlartifacts(self) -> Path:
+        return self.root / MLARTIFACTS
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG
+
+    @property
+    def explorer_state(self) -> Path:
+        return self.root / EXPLORER_STATE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS
+
+    def eval_step(self, step: int) -> Path:
+        return self.root / EVAL / step_dir_name(step)
+
+    @property
+    def bench_state(self) -> Path:
+        return self.root / BENCH_STATE
+
+    def bench_checkpoint(self, step: int, weights_hash: str) -> Path:
+        return self.root / BENCH / bench_dir_name(step, weights_hash)
