@@ -31,6 +31,12 @@ setup(
         "gpu": ["vllm>=0.32"],
         # the SQL sink's PostgreSQL driver (URLs postgresql+psycopg://...)
         "postgres": ["psycopg[binary]>=3.1"],
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6", "psycopg[binary]>=3.1"],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "hypothesis>=6.100",
+            "ruff>=0.6",
+            "psycopg[binary]>=3.1",
+        ],
     },
 )

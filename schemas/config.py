@@ -6,11 +6,12 @@ Unknown keys and wrong types are refused with the key's full dotted path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from schemas.bounded_yaml import parse_yaml, read_config_file
 from schemas.errors import InputError
 
 ASSETS = Path(__file__).resolve().parent.parent / "pipelines" / "assets"
@@ -20,22 +21,39 @@ DEFAULT_EVAL = ASSETS / "tasksets" / "arith" / "eval.jsonl"
 # SQL table names: plain identifiers, short enough for PostgreSQL's 63 characters with "_steps" and an index.
 SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SQL_NAME_MAX = 48
+# Upper bounds that no real run comes near, so a typo fails here and not in vLLM, a loop or a timer.
+MAX_TOKENS = 2**24  # 16M tokens: beyond any model's context
+MAX_SECONDS = 7 * 24 * 3600.0  # a week, for every timeout and interval (threading refuses huge timeouts)
+MAX_INT32 = 2**31 - 1
 
 
 class Strict(BaseModel):
     # Numbers given for text fields (`--set name=2024`) are kept as text, as a user would expect.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
+    # No float field takes nan or inf (`--set ...temperature=.nan`): every bound is meaningless for them.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, coerce_numbers_to_str=True, allow_inf_nan=False
+    )
+
+
+def given_path(value: Any) -> Any:
+    """An empty path (`--set key=`) would silently be the working directory; a NUL character no OS takes."""
+    if isinstance(value, str) and (not value.strip() or "\0" in value):
+        raise ValueError("an empty path, or one with a NUL character: give a real path, or leave the key out")
+    return value
+
+
+GivenPath = Annotated[Path, BeforeValidator(given_path)]
 
 
 class RolloutArgs(Strict):
     """Sampling settings for one taskset; `n` is taken from repeat_times."""
 
-    temperature: float = Field(1.0, ge=0.0, description="sampling temperature")
+    temperature: float = Field(1.0, ge=0.0, le=10.0, description="sampling temperature (0 to 10)")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
-    top_k: int = Field(-1, ge=-1, description="top-k sampling (-1: off)")
-    max_tokens: int = Field(16, ge=1, description="max response tokens")
+    top_k: int = Field(-1, ge=-1, le=MAX_INT32, description="top-k sampling (-1: off)")
+    max_tokens: int = Field(16, ge=1, description="max response tokens (below `max_model_len`)")
     logprobs: int = Field(
-        0, ge=0, description="extra top-k logprobs per token; the sampled token's is always kept"
+        0, ge=0, le=20, description="extra top-k logprobs per token (at most 20); the sampled token's is kept"
     )
     seed: int | None = Field(
         0,
@@ -54,14 +72,14 @@ class FormatConfig(Strict):
 
 class TasksetConfig(Strict):
     name: str = Field("arith", description="taskset name, used in `task_uid` and metrics")
-    path: Path = Field(
+    path: GivenPath = Field(
         DEFAULT_TRAIN,
         description="file or directory",
         json_schema_extra={"doc_default": "bundled `arith/train.jsonl`"},
     )
     format: FormatConfig = FormatConfig()
     rollout_args: RolloutArgs = RolloutArgs()
-    repeat_times: int = Field(4, ge=1, description="samples per task (vLLM `n`)")
+    repeat_times: int = Field(4, ge=1, le=1024, description="samples per task (vLLM `n`; at most 1024)")
     default_workflow_type: str | None = Field(
         None,
         description="workflow name (see Workflows); null: `math` for training, `default_eval_workflow_type` "
@@ -93,6 +111,9 @@ class TasksetConfig(Strict):
 
 
 class ExplorerInput(Strict):
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset({"eval_tasksets", "default_eval_workflow_type"})
+
     taskset: TasksetConfig = TasksetConfig()
     eval_tasksets: list[TasksetConfig] = Field(
         [],
@@ -108,6 +129,9 @@ class ExplorerInput(Strict):
 
 class ExperienceBufferConfig(Strict):
     """Where committed experiences go (Trinity-RFT's `trainer_input.experience_buffer`)."""
+
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset({"queue_capacity", "queue_timeout"})
 
     storage_type: Literal["parquet", "sql"] = Field(
         "parquet",
@@ -135,6 +159,7 @@ class ExperienceBufferConfig(Strict):
     queue_timeout: float = Field(
         600.0,
         gt=0.0,
+        le=MAX_SECONDS,
         description="seconds a committed step may wait for room in a full queue before the run fails (the "
         "step stays committed in the store)",
     )
@@ -151,8 +176,11 @@ class TrainerInput(Strict):
 
 
 class BufferConfig(Strict):
-    batch_size: int = Field(8, ge=1, description="tasks per step")
-    total_epochs: int = Field(1, ge=1, description="passes over the taskset")
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset({"total_steps"})
+
+    batch_size: int = Field(8, ge=1, le=1_000_000, description="tasks per step")
+    total_epochs: int = Field(1, ge=1, le=10_000, description="passes over the taskset")
     total_steps: int | None = Field(
         None,
         ge=1,
@@ -163,7 +191,7 @@ class BufferConfig(Strict):
 
 
 class ModelConfig(Strict):
-    model_path: Path = Field(
+    model_path: GivenPath = Field(
         DEFAULT_MODEL,
         description="a Hugging Face model directory (safetensors, tokenizer, chat template)",
         json_schema_extra={"doc_default": "bundled `tiny-arith-llama`"},
@@ -171,22 +199,36 @@ class ModelConfig(Strict):
 
 
 class RolloutModelConfig(Strict):
-    engine_num: int = Field(1, ge=1, description="engine actors")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine")
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset(
+        {
+            "engine_num",
+            "tensor_parallel_size",
+            "device",
+            "gpu_memory_utilization",
+            "cpu_kvcache_space_gib",
+            "engine_cpus",
+        }
+    )
+
+    engine_num: int = Field(1, ge=1, le=1024, description="engine actors")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per engine")
     device: Literal["auto", "cpu", "gpu"] = Field(
         "auto", description="`auto` (GPU if the Ray cluster has one), `cpu` or `gpu`"
     )
-    dtype: str = Field("auto", description="vLLM dtype")
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
+        "auto", description="vLLM dtype: `auto`, `half`, `float16`, `bfloat16`, `float` or `float32`"
+    )
     gpu_memory_utilization: float = Field(
         0.9, gt=0.0, le=1.0, description="GPU only: share of GPU memory for vLLM"
     )
     cpu_kvcache_space_gib: int = Field(
-        1, ge=1, description="CPU only: KV cache size in GiB (`VLLM_CPU_KVCACHE_SPACE`)"
+        1, ge=1, le=4096, description="CPU only: KV cache size in GiB (`VLLM_CPU_KVCACHE_SPACE`)"
     )
-    max_model_len: int = Field(256, ge=16, description="prompt plus response tokens")
+    max_model_len: int = Field(256, ge=16, le=MAX_TOKENS, description="prompt plus response tokens")
     enforce_eager: bool = Field(True, description="no CUDA graphs or torch.compile (required on CPU)")
-    seed: int = Field(0, description="engine seed")
-    engine_cpus: float = Field(1.0, gt=0.0, description="Ray CPUs reserved per engine actor")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="engine seed (0 to 2^32-1, as NumPy takes)")
+    engine_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="Ray CPUs reserved per engine actor")
     max_prompt_tokens: int | None = Field(
         None, ge=1, description="longest prompt in tokens (null: what `max_model_len` leaves room for)"
     )
@@ -209,23 +251,45 @@ class RolloutModelConfig(Strict):
 
 
 class ExplorerConfig(Strict):
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset(
+        {
+            "runner_per_model",
+            "max_timeout",
+            "max_retry_times",
+            "batch_timeout",
+            "eval_interval",
+            "eval_on_startup",
+            "bench_on_latest_checkpoint",
+            "health_check_interval",
+            "health_check_timeout",
+            "max_engine_restarts",
+            "engine_restart_timeout",
+        }
+    )
+
     rollout_model: RolloutModelConfig = RolloutModelConfig()
-    runner_per_model: int = Field(4, ge=1, description="task batches in flight per engine")
+    runner_per_model: int = Field(4, ge=1, le=1024, description="task batches in flight per engine")
     max_timeout: float = Field(
-        900.0, gt=0.0, description="seconds per task attempt; a timed-out attempt is cancelled"
+        900.0,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="seconds per task attempt; a timed-out attempt is cancelled",
     )
     max_retry_times: int = Field(
-        2, ge=0, description="retries after an exception, a timeout or a malformed experience"
+        2, ge=0, le=100, description="retries after an exception, a timeout or a malformed experience"
     )
     max_repeat_times_per_runner: int | None = Field(
         None,
         ge=1,
+        le=1024,
         description="split a task's repeats into sub-runs of at most this many, each with its own status "
         "(null: no split)",
     )
     batch_timeout: float | None = Field(
         None,
         gt=0.0,
+        le=MAX_SECONDS,
         description="seconds per rollout batch; unfinished sub-runs are cancelled and reported as failed",
     )
     eval_interval: int = Field(100, ge=1, description="evaluate every N steps (when `eval_tasksets` are set)")
@@ -242,20 +306,23 @@ class ExplorerConfig(Strict):
     health_check_interval: float | None = Field(
         5.0,
         gt=0.0,
+        le=MAX_SECONDS,
         description="seconds between engine health checks (null: no checks, no restarts; see Failures and "
         "recovery)",
     )
     health_check_timeout: float = Field(
         60.0,
         gt=0.0,
+        le=MAX_SECONDS,
         description="an engine that does not answer a check within this many seconds is replaced",
     )
     max_engine_restarts: int = Field(
-        3, ge=0, description="replacements per engine before the run stops with a message"
+        3, ge=0, le=1000, description="replacements per engine before the run stops with a message"
     )
     engine_restart_timeout: float = Field(
         600.0,
         gt=0.0,
+        le=MAX_SECONDS,
         description="seconds a replacement may take to start and load the current version; a request to a "
         "lost engine waits this long for it",
     )
@@ -264,13 +331,16 @@ class ExplorerConfig(Strict):
 class SynchronizerConfig(Strict):
     """When and from where the explorer takes the trainer's newest weights (docs/DESIGN.md: weight sync)."""
 
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset({"sync_timeout", "trainer_status"})
+
     sync_method: Literal["none", "checkpoint", "broadcast", "memory"] = Field(
         "none",
         description="weight source: `none` (fixed weights), `checkpoint` (`global_step_N/` dirs in "
         "`checkpoint_dir`), `broadcast` (torch.distributed from the trainer) or `memory` (a state dict "
         "through the Ray object store); see Weight sync",
     )
-    checkpoint_dir: Path | None = Field(
+    checkpoint_dir: GivenPath | None = Field(
         None,
         description="`checkpoint`: where the trainer writes `global_step_N/` "
         "(default `<run dir>/checkpoints`)",
@@ -289,6 +359,7 @@ class SynchronizerConfig(Strict):
     sync_timeout: float = Field(
         1200.0,
         gt=0.0,
+        le=MAX_SECONDS,
         description="seconds a sync waits for a newer version (then it goes on with the old weights), and "
         "the limit on each load",
     )
@@ -301,6 +372,9 @@ class SynchronizerConfig(Strict):
 
 
 class MonitorConfig(Strict):
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset({"mlflow_uri", "experiment", "sample_rollouts"})
+
     mlflow_uri: str | None = Field(
         None, description="tracking URI (default `sqlite:///<absolute run dir>/mlflow.db`)"
     )
@@ -309,22 +383,29 @@ class MonitorConfig(Strict):
 
 
 class RayConfig(Strict):
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset({"address", "num_cpus", "object_store_memory_mib"})
+
     address: str | None = Field(None, description="Ray cluster to join (`--ray-address` overrides it)")
     num_cpus: int | None = Field(
-        None, ge=1, description="logical CPUs of a local Ray (default: max(4, cores))"
+        None, ge=1, le=65536, description="logical CPUs of a local Ray (default: max(4, cores))"
     )
     object_store_memory_mib: int = Field(
         512,
         ge=64,
+        le=2**24,
         description="object store size of a local Ray; for `memory` sync give it at least twice the model's "
         "bytes",
     )
 
 
 class Config(Strict):
+    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
+    free_on_resume: ClassVar[frozenset[str]] = frozenset({"project", "monitor", "ray"})
+
     project: str = Field("rftflow", description="MLflow experiment name, unless `monitor.experiment` is set")
     name: str = Field("explore", description="run name; the default run dir is `runs/<name>-<timestamp>`")
-    plugin_dirs: list[Path] = Field(
+    plugin_dirs: list[GivenPath] = Field(
         [],
         description="folders of workflow/reward modules, loaded in every worker (`--plugin-dir` adds to it)",
     )
@@ -334,6 +415,28 @@ class Config(Strict):
     synchronizer: SynchronizerConfig = SynchronizerConfig()
     monitor: MonitorConfig = MonitorConfig()
     ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> Config:
+        # vLLM refuses each request whose max_tokens leaves no room for its prompt, but only once it runs.
+        rollout, inputs = self.explorer.rollout_model, self.buffer.explorer_input
+        prompt = rollout.max_prompt_tokens
+        limit = f"explorer.rollout_model.max_model_len ({rollout.max_model_len}): lower one, or raise it"
+        for i, taskset in enumerate([inputs.taskset, *inputs.eval_tasksets]):
+            where = ("eval_tasksets", i - 1) if i else ("taskset",)
+            loc = ("buffer", "explorer_input", *where, "rollout_args", "max_tokens")
+            key, tokens = ".".join(map(str, loc)), taskset.rollout_args.max_tokens
+            if tokens >= rollout.max_model_len:
+                problem = f"{key} ({tokens}) leaves no room for a prompt in {limit}"
+            elif prompt is not None and prompt + tokens > rollout.max_model_len:
+                problem = (
+                    f"explorer.rollout_model.max_prompt_tokens ({prompt}) + {key} ({tokens}) is over {limit}"
+                )
+            else:
+                continue
+            error = InitErrorDetails(type=PydanticCustomError("no_room", problem), loc=loc, input=tokens)
+            raise ValidationError.from_exception_data("Config", [error])
+        return self
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -352,32 +455,27 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise InputError(f"expected key=value, got '{text}'", field="--set")
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+    return key.strip(), parse_yaml(raw, "--set", key.strip()) if raw.strip() else ""
 
 
-def load_config(path: Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read YAML (optional), apply `--set` overrides, validate; errors name the file and the key path."""
-    tree: dict[str, Any] = {}
-    source = str(path) if path else "--set"
-    if path is not None:
-        if not Path(path).is_file():
-            raise InputError("config file not found", file=str(path))
-        try:
-            tree = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise InputError(f"not valid YAML: {exc}", file=str(path)) from None
-        if not isinstance(tree, dict):
-            raise InputError("the top level must be a mapping", file=str(path))
-    for text in overrides or []:
-        key, value = parse_override(text)
-        _set_path(tree, key, value)
+def validate_tree(tree: dict[str, Any], source: str) -> Config:
+    """The config a tree of plain values makes; the first refusal is named by its dotted key."""
     try:
         return Config.model_validate(tree)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise InputError(f"{first['msg']}{more}", file=source, field=key) from None
+        raise InputError(f"{first['msg']}{more}", file=source, field=key or None) from None
+
+
+def load_config(path: Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read YAML (optional), apply `--set` overrides, validate; errors name the file and the key path."""
+    tree = read_config_file(Path(path)) if path is not None else {}
+    for text in overrides or []:
+        key, value = parse_override(text)
+        _set_path(tree, key, value)
+    return validate_tree(tree, str(path) if path else "--set")
 
 
 def flatten(config: Config) -> dict[str, str]:

@@ -93,6 +93,7 @@ class VLLMEngine:
         self.model_version = model_version
         self.workers = rollout.tensor_parallel_size
         self.max_prompt_tokens, self.prompt_overflow = rollout.max_prompt_tokens, rollout.prompt_overflow
+        self.max_model_len = self.llm.model_config.max_model_len
         self.token_bytes = max_token_bytes(self.tokenizer)  # None: no early refusal is sound
         self.open = asyncio.Event()
         if not closed:
@@ -115,37 +116,51 @@ class VLLMEngine:
     def get_model_version(self) -> int:
         return self.model_version
 
-    def render_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.encode(text, add_special_tokens=False)
+    def prompt_limit(self, sampling: dict[str, Any]) -> int:
+        """The longest prompt a request may have: `max_prompt_tokens`, else what `max_model_len` leaves after
+        the request's `max_tokens` (vLLM would reject a longer one only after tokenizing and queueing it)."""
+        if self.max_prompt_tokens is not None:
+            return self.max_prompt_tokens
+        return max(1, self.max_model_len - int(sampling.get("max_tokens") or 16))
 
-    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        """Token ids; under `prompt_overflow: refuse`, a text over `max_prompt_tokens` by its length alone is
+    @property
+    def limit_name(self) -> str:
+        return "max_prompt_tokens" if self.max_prompt_tokens is not None else "max_model_len - max_tokens"
+
+    def render_chat(self, messages: list[dict[str, str]], limit: int | None = None) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.encode(text, add_special_tokens=False, limit=limit)
+
+    def encode(self, text: str, add_special_tokens: bool, limit: int | None = None) -> list[int]:
+        """Token ids; under `prompt_overflow: refuse`, a text over `limit` tokens by its length alone is
         refused untokenized (operators/prompt_bound.py): tokenizing 10 MB takes 15-25 s on this loop."""
         if self.prompt_overflow == "refuse":
-            refuse_by_length(text, self.max_prompt_tokens, self.token_bytes)
+            refuse_by_length(text, limit, self.token_bytes, self.limit_name)
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
-    def fit_prompt(self, prompt_ids: list[int]) -> list[int]:
-        """Apply `max_prompt_tokens`: refuse a longer prompt, or keep its last tokens (the question's end and
+    def fit_prompt(self, prompt_ids: list[int], limit: int) -> list[int]:
+        """Apply the prompt limit: refuse a longer prompt, or keep its last tokens (the question's end and
         the generation prompt, which a chat template puts last)."""
-        limit = self.max_prompt_tokens
-        if limit is None or len(prompt_ids) <= limit:
+        if len(prompt_ids) <= limit:
             return prompt_ids
         if self.prompt_overflow == "truncate":
             return prompt_ids[-limit:]
-        raise TaskInputError(f"prompt has {len(prompt_ids)} tokens, more than max_prompt_tokens={limit}")
+        raise TaskInputError(f"prompt has {len(prompt_ids)} tokens, more than {self.limit_name}={limit}")
 
     async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
-        return await self.generate(self.render_chat(messages), sampling)
+        return await self.generate(self.render_chat(messages, self.prompt_limit(sampling)), sampling)
 
     async def generate(self, prompt: str | list[int], sampling: dict[str, Any]) -> dict[str, Any]:
         """Sample `sampling['n']` responses; logprobs are those of the sampled tokens."""
         from vllm import SamplingParams  # heavy, deferred: only the engine process imports vLLM
         from vllm.sampling_params import RequestOutputKind  # heavy, deferred: as above
 
+        limit = self.prompt_limit(sampling)
         prompt_ids = self.fit_prompt(
-            self.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else list(prompt)
+            self.encode(prompt, add_special_tokens=True, limit=limit)
+            if isinstance(prompt, str)
+            else list(prompt),
+            limit,
         )
         params = SamplingParams(**sampling, output_kind=RequestOutputKind.FINAL_ONLY)
         params.logprobs = sampling.get("logprobs") or 0

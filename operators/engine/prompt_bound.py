@@ -52,11 +52,13 @@ def max_token_bytes(tokenizer: Any) -> int | None:
     return max([*longest, *(len(token["content"].encode()) for token in added)])
 
 
-def refuse_by_length(text: str, limit: int | None, token_bytes: int | None) -> None:
+def refuse_by_length(
+    text: str, limit: int | None, token_bytes: int | None, limit_name: str = "max_prompt_tokens"
+) -> None:
     """Raise TaskInputError when `text` has more than `limit` tokens by its length alone."""
     if limit is None or token_bytes is None or len(text) <= limit * token_bytes:
         return
     raise TaskInputError(
         f"prompt has at least {-(-len(text) // token_bytes)} tokens ({len(text)} characters, at most "
-        f"{token_bytes} bytes a token), more than max_prompt_tokens={limit}"
+        f"{token_bytes} bytes a token), more than {limit_name}={limit}"
     )

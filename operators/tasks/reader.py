@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schemas.config import TasksetConfig
-from schemas.errors import InputError
+from schemas.errors import InputError, file_problem
 from schemas.task import ROLE_NAMES, TASK_SCHEMA, Task, make_task_uid
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -32,12 +32,20 @@ def list_files(path: Path) -> list[Path]:
     """The taskset's files in a stable order; a directory contributes its jsonl/parquet files, sorted."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
-        if not files:
+        try:
+            found = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and not p.is_dir())
+        except OSError as exc:
+            raise InputError(
+                f"taskset directory cannot be read ({exc.strerror or exc})", file=str(path)
+            ) from None
+        for file in found:  # a named pipe would block the planning read for ever
+            if problem := file_problem(file):
+                raise InputError(f"taskset file {problem}", file=str(file))
+        if not found:
             raise InputError(f"no {'/'.join(SUFFIXES)} files in directory", file=str(path))
-        return files
-    if not path.exists():
-        raise InputError("taskset file not found", file=str(path))
+        return found
+    if problem := file_problem(path):
+        raise InputError(f"taskset file {problem}", file=str(path))
     if path.suffix not in SUFFIXES:
         raise InputError(
             f"unsupported taskset format '{path.suffix}' (use {', '.join(SUFFIXES)})", file=str(path)

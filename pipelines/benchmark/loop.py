@@ -28,6 +28,7 @@ from pipelines.benchmark.selection import (
     Failure,
     Selection,
     check_candidate,
+    resolved,
     select_candidates,
     trainer_stopped,
 )
@@ -73,7 +74,7 @@ def child_params(
     """Checkpoint path, step, weights hash and each taskset's sampling; only keys the run lacks (MLflow
     refuses to change a logged param)."""
     params: dict[str, Any] = {
-        "checkpoint": str(candidate.path.resolve()),
+        "checkpoint": resolved(candidate.path),
         "step": candidate.step,
         "weights_hash": weights,
     }
@@ -263,7 +264,7 @@ class Bench:
 
     def succeeded(self, candidate: Candidate) -> None:
         """Done with this path; a failure it had while being written (watch mode) no longer stands."""
-        self.done_paths.add(str(candidate.path.resolve()))
+        self.done_paths.add(resolved(candidate.path))
         self.report.failures = [f for f in self.report.failures if f.candidate.path != candidate.path]
 
     def fail(self, candidate: Candidate, reason: str) -> str:
@@ -319,7 +320,7 @@ def run_benchmark(
             fresh = [
                 c
                 for c in select_candidates((), selection.checkpoint_dir, None, selection.latest_only)
-                if str(c.path.resolve()) not in bench.done_paths
+                if resolved(c.path) not in bench.done_paths
             ]
             progressed = False
             for candidate in fresh:  # a checkpoint still being written fails its check and is retried

@@ -40,6 +40,15 @@ class Candidate:
         return "base" if self.is_base else self.path.name
 
 
+def resolved(path: Path) -> str:
+    """The path with links followed, as a key; a symlink loop cannot be followed and keys as itself (its
+    check then reports it), rather than stopping the whole benchmark."""
+    try:
+        return str(Path(path).resolve())
+    except (OSError, RuntimeError):  # RuntimeError: Python's "Symlink loop"
+        return str(Path(path).absolute())
+
+
 def checkpoint_step(path: Path, position: int) -> int:
     """`global_step_N` → N; a trailing number (`checkpoint-500`) → that number; else the 1-based position."""
     name = Path(path).name
@@ -69,8 +78,8 @@ def select_candidates(
     seen: set[str] = set()
     unique = []
     for candidate in sorted(found, key=lambda c: c.step):  # stable: ties keep the order given
-        key = str(candidate.path.resolve())
-        if key not in seen and (base is None or key != str(Path(base).resolve())):
+        key = resolved(candidate.path)
+        if key not in seen and (base is None or key != resolved(Path(base))):
             seen.add(key)
             unique.append(candidate)
     if latest_only and unique:
@@ -109,6 +118,8 @@ def check_architecture(directory: Path, base: Path) -> None:
 def check_candidate(candidate: Candidate, expected: TensorMetaMap, base: Path) -> None:
     """Raise CheckpointError naming why this directory cannot be loaded into the engines."""
     path = candidate.path
+    if path.is_symlink() and not path.exists():
+        raise CheckpointError(f"{path}: a symlink loop, or a link to nothing")
     if not path.exists():
         raise CheckpointError(f"{path}: not found")
     if not path.is_dir():

@@ -15,7 +15,7 @@ from operators.tasks.reader import TasksetPlan
 from pipelines.benchmark.loop import Bench, BenchReport, run_benchmark
 from pipelines.benchmark.selection import Selection
 from pipelines.benchmark.state import BenchState
-from pipelines.control.checks import check_inputs
+from pipelines.control.checks import check_inputs, check_run_dir
 from pipelines.control.fleet import EngineFleet, Restore
 from pipelines.control.runtime import init_ray
 from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
@@ -96,6 +96,7 @@ def benchmark(
     model's weights (version 0) afterwards and left running. Otherwise engines start when a checkpoint
     first needs them (a rerun with nothing new starts none) and stop at the end.
     """
+    check_run_dir(Path(run_dir))
     run_dir = Path(run_dir).resolve()
     plans, expected = prepare_inputs(cfg, list(taskset_paths or []))
     if (

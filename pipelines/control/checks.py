@@ -6,6 +6,7 @@ with exit code 2 and commits nothing, instead of after an engine start.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,10 @@ from operators.rollout.rewards import get_reward_fn
 from operators.tasks.reader import TasksetPlan, plan_taskset
 from operators.workflows.registry import load_builtins, workflow_class
 from schemas.config import Config
-from schemas.errors import InputError
+from schemas.errors import InputError, read_text
+
+CONFIG_JSON_MAX_MIB = 16
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
 @dataclass
@@ -27,12 +31,41 @@ class Inputs:
     expected: TensorMetaMap
 
 
+def check_run_dir(path: Path) -> None:
+    """A run dir is a directory, or does not exist yet (it is made): anything else cannot hold a run."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError("is not a directory: give a new or an existing run directory", file=str(path))
+    if path.is_symlink() and not path.exists():
+        raise InputError("is a link to nothing (or a symlink loop)", file=str(path))
+
+
 def check_model_dir(path: Path) -> None:
     if not Path(path).is_dir():
         raise InputError("model directory not found", file=str(path), field="model.model_path")
     if not (Path(path) / "config.json").is_file():
         raise InputError(
             "not a Hugging Face model directory (no config.json)", file=str(path), field="model.model_path"
+        )
+    config_file = Path(path) / "config.json"
+    try:
+        config = json.loads(read_text(config_file, CONFIG_JSON_MAX_MIB, "model config"))
+    except ValueError as exc:  # InputError is one too, and keeps its own message
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"model config is not JSON ({exc})", file=str(config_file)) from None
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise InputError(
+            "model config names no architectures (a list of class names, as Hugging Face writes it)",
+            file=str(config_file),
+            field="architectures",
+        )
+    if not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(
+            f"no tokenizer in the model directory (one of {', '.join(TOKENIZER_FILES)})",
+            file=str(path),
+            field="model.model_path",
         )
 
 

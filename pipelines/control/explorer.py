@@ -29,15 +29,16 @@ from operators.sinks.base import open_sink
 from operators.sinks.queue import QueueFeed, open_feed
 from operators.tasks.reader import TasksetPlan
 from pipelines.benchmark.session import benchmark_for_explorer
-from pipelines.control.checks import check_inputs
+from pipelines.control.checks import check_inputs, check_run_dir
 from pipelines.control.evaluate import evaluate
 from pipelines.control.fleet import EngineFleet, LoadError, WeightUpdate
 from pipelines.control.metrics import eval_metrics, experience_metrics
 from pipelines.control.plan import explore_dataset
+from pipelines.control.resume_check import check_resume
 from pipelines.control.runtime import init_ray
 from pipelines.control.state import ExplorerState, resume_state
 from pipelines.control.step_report import StepReporter
-from pipelines.control.steps import CommittedStep, StalenessBound, StepCommitter
+from pipelines.control.steps import CommittedStep, StalenessBound, StepCommitter, committed_task_uids
 from pipelines.control.stream import committed_steps
 from pipelines.control.sync_policy import read_trainer_status, release_boundary, sync_due
 from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
@@ -102,7 +103,9 @@ class Explorer:
     async def prepare(self) -> None:
         """Check every input, then start Ray, the engines and MLflow; resume if the run dir holds a run."""
         cfg = self.config
+        check_run_dir(self.run_dir)
         inputs = check_inputs(cfg)
+        check_resume(cfg, self.run_dir)  # before anything of this run is started or written
         self.plan, self.eval_plans, self.expected = inputs.plan, inputs.eval_plans, inputs.expected
         self.state = resume_state(self.run_dir, self.sink)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -473,8 +476,9 @@ class Explorer:
         )
         staleness = StalenessBound(cfg.synchronizer.max_staleness, self._reference_version)
         committer = StepCommitter(
-            self.plan, self.sink, first_step=first, rows_per_task=repeats, staleness=staleness
-        )
+            self.plan, self.sink, first_step=first, rows_per_task=repeats, staleness=staleness,
+            committed_uids=committed_task_uids(self.sink) if first > 1 else None,
+        )  # fmt: skip
         dataset = explore_dataset(cfg, self.plan, self.fleet.names, self.sink.root, self.gate_name, first)
         self.stream = committed_steps(committer, dataset, self.gate, self.fleet, self.reporter.reported)
 

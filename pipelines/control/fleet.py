@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from operators.engine.actor import VLLMEngine
 from schemas.config import Config, ExplorerConfig
+from schemas.errors import InputError
 
 log = logging.getLogger(__name__)
 NAME_FREE_S = 10.0  # how long the old actor's name may take to be released after it is killed
@@ -134,6 +135,26 @@ def launch_engine(cfg: Config, name: str, closed: bool = False) -> Any:
     return actor.remote(str(cfg.model.model_path), rollout.model_dump(mode="json"), 0, closed)
 
 
+def check_resources(cfg: Config) -> None:
+    """Refuse at once an engine request the cluster can never grant (Ray would leave it pending for ever)."""
+    import ray  # heavy, deferred: the driver's modules import without Ray
+
+    rollout = cfg.explorer.rollout_model
+    gpus = rollout.tensor_parallel_size if resolve_device(cfg) == "gpu" else 0
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    fits = [n for n in nodes if n.get("CPU", 0) >= rollout.engine_cpus and n.get("GPU", 0) >= gpus]
+    total_cpu = sum(n.get("CPU", 0) for n in nodes)
+    need = rollout.engine_num * rollout.engine_cpus
+    if not fits or need > total_cpu or rollout.engine_num * gpus > sum(n.get("GPU", 0) for n in nodes):
+        have = ", ".join(f"{n.get('CPU', 0):g} CPUs and {n.get('GPU', 0):g} GPUs" for n in nodes) or "no node"
+        raise InputError(
+            f"{rollout.engine_num} engines need {rollout.engine_cpus:g} CPUs and {gpus} GPUs each; the Ray "
+            f"cluster has {have}: lower explorer.rollout_model.engine_num or engine_cpus, or give Ray more "
+            "(ray.num_cpus)",
+            field="explorer.rollout_model.engine_cpus",
+        )
+
+
 def gather(calls: list[Any], timeout: float) -> tuple[dict[int, dict], list[str]]:
     """Results of concurrent engine calls by engine index, and one message per engine that failed."""
     import ray  # heavy, deferred: the driver's modules import without Ray
@@ -183,13 +204,22 @@ class EngineFleet:
     def launch(self) -> None:
         """Create the actors; they load the model in the background (`wait()` blocks until they have)."""
         if not self.handles:
+            check_resources(self.cfg)
             self.handles = [self.launch_one(name, False) for name in self.names]
 
     def wait(self) -> None:
-        """Block until every engine has loaded its model, so start errors surface here with their reason."""
+        """Block until every engine has loaded its model, so start errors surface here with their reason;
+        at most `engine_restart_timeout` seconds, which an engine start may take."""
         import ray  # heavy, deferred: the driver's modules import without Ray
 
-        ray.get([engine.ready.remote() for engine in self.handles])
+        timeout = self.settings.engine_restart_timeout
+        try:
+            ray.get([engine.ready.remote() for engine in self.handles], timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(
+                f"the engines {self.names} did not start within {timeout:g} s "
+                "(explorer.engine_restart_timeout): still loading the model, or waiting for resources"
+            ) from None
 
     def start(self) -> EngineFleet:
         """Launch and wait; engines that fail to start are not left behind."""

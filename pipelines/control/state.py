@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from operators.sinks.base import Sink
 from schemas.atomic import atomic_write_json
+from schemas.errors import InputError
 from schemas.run_dir import CONFIG, EXPLORER_STATE
 
 STATE_FILE = EXPLORER_STATE
@@ -27,18 +28,24 @@ class ExplorerState(BaseModel):
 
     @classmethod
     def load(cls, run_dir: Path) -> ExplorerState | None:
-        """The saved state, or None when there is none; RuntimeError for a file that is not one."""
+        """The saved state, or None when there is none; InputError (naming it) for a file that is not one."""
         path = Path(run_dir) / STATE_FILE
         if not path.is_file():
             return None
         try:
             return cls.model_validate_json(path.read_bytes())
+        except OSError as exc:
+            raise InputError(
+                f"explorer state cannot be read ({exc.strerror or exc})", file=str(path)
+            ) from None
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in exc.errors()[:3]
             )
-            raise RuntimeError(
-                f"{path}: unreadable explorer state ({problems}); move it away to start afresh"
+            raise InputError(
+                f"unreadable explorer state ({problems}); move it away to start afresh in a new MLflow run, "
+                "or restore it",
+                file=str(path),
             ) from None
 
     def save(self, run_dir: Path) -> None:
@@ -50,12 +57,15 @@ def resume_state(run_dir: Path, sink: Sink) -> ExplorerState:
     state = ExplorerState.load(run_dir) or ExplorerState()
     committed = sink.committed_steps()
     if committed and state.mlflow_run_id is None:
-        raise RuntimeError(f"{run_dir}: holds committed steps but no explorer state; use a new run dir")
+        raise InputError(
+            "holds committed steps but no explorer state; use a new --run-dir", file=str(run_dir)
+        )
     if state.latest_step and not committed:
-        raise RuntimeError(
-            f"{run_dir}: its state says step {state.latest_step} is committed, but "
-            f"{sink.describe()} holds no step: give buffer.trainer_input.experience_buffer as in "
-            f"{Path(run_dir) / CONFIG}, or use a new run dir"
+        raise InputError(
+            f"its state says step {state.latest_step} is committed, but {sink.describe()} holds no step: "
+            f"give buffer.trainer_input.experience_buffer as in {Path(run_dir) / CONFIG}, or use a new "
+            "--run-dir",
+            file=str(run_dir),
         )
     if committed:
         state.latest_step = max(committed)

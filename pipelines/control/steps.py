@@ -44,6 +44,13 @@ def sub_run_keys(records: pa.Table) -> list[tuple[str, int]]:
     return [(row["task_uid"], row["run_id_base"]) for row in rows]
 
 
+def committed_task_uids(sink: Sink) -> set[str]:
+    """The task uids of every committed step: what a resumed run's committer must never write again."""
+    return {
+        uid for step in sink.committed_steps() for uid in sink.read_step(step).column("task_uid").to_pylist()
+    }
+
+
 class StepCommitter:
     """A step commits when every sub-run of its tasks has reported (ok or failed) and all earlier steps have.
 
@@ -59,7 +66,9 @@ class StepCommitter:
         first_step: int = 1,
         rows_per_task: int = 1,
         staleness: StalenessBound | None = None,
+        committed_uids: set[str] | None = None,
     ):
+        """`committed_uids`: the task uids of steps committed before this committer (a resumed run's)."""
         if rows_per_task < 1:
             raise ValueError(f"rows_per_task must be >= 1, got {rows_per_task}")
         self.plan, self.sink, self.clock = plan, sink, clock
@@ -70,6 +79,7 @@ class StepCommitter:
         self.next_step = first_step
         self.repeats = 0  # sub-run reports dropped as repeats of earlier ones
         self.last_commit = clock()
+        self.committed_uids = set(committed_uids or ())
 
     @property
     def done(self) -> bool:
@@ -109,10 +119,24 @@ class StepCommitter:
         self.repeats += keep.count(False)
         return records if all(keep) else records.filter(pa.array(keep, pa.bool_()))
 
+    def _refuse_duplicates(self, step: int, records: pa.Table) -> None:
+        """A task of this step already committed in an earlier one would be written twice: that is a bug in
+        rftflow (a resume checks its config first), so nothing is written and the run stops saying so."""
+        uids = set(records.filter(records.column("ok")).column("task_uid").to_pylist())
+        again = sorted(uids & self.committed_uids)
+        if again:
+            raise RuntimeError(
+                f"step {step} holds tasks already committed in an earlier step ({again[:3]}, {len(again)} in "
+                "all); nothing of it was written. This is a bug in rftflow: please report it with the run's "
+                "config.yaml"
+            )
+        self.committed_uids |= uids
+
     def _commit(self, step: int) -> CommittedStep:
         records = pa.concat_tables(self.records.pop(step))
         del self.seen[step]
         fragments = {f for f in records.column("fragment").to_pylist() if f}
+        self._refuse_duplicates(step, records)
         reference = self.staleness.reference()
         bound = self.staleness.max_versions
         dropped = self.sink.commit_step(step, fragments, None if bound is None else reference - bound)

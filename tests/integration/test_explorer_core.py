@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 from integration_settings import BASE
 from mlflow import MlflowClient
 
 from pipelines.control.state import ExplorerState
 from pipelines.explore import explore
 from schemas.config import DEFAULT_EVAL, load_config
+from schemas.errors import InputError
 
 
 def history(summary, metric: str) -> list[int]:
@@ -32,6 +34,24 @@ def test_eval_runs_at_startup_and_every_interval(engines, tmp_path):
     kept = pq.read_table(summary.run_dir / "eval" / "step_000002" / "arith_eval.parquet")
     assert kept.num_rows == 6 * 2  # the whole eval taskset, no dropped remainder
     assert set(kept.column("step").to_pylist()) == {2} and all(kept.column("is_eval").to_pylist())
+
+
+def test_a_resume_that_changes_what_steps_hold_is_refused_before_anything_runs(engines, tmp_path):
+    run_dir = tmp_path / "run"
+    explore(load_config(None, [*BASE, "buffer.total_steps=2"]), run_dir, progress=False, engines=engines)
+    before = sorted(p.name for p in (run_dir / "experiences").iterdir())
+    changed = [
+        *BASE,
+        "buffer.total_steps=4",
+        "buffer.batch_size=2",
+        "buffer.explorer_input.taskset.rollout_args.seed=7",
+    ]
+    with pytest.raises(InputError) as refused:
+        explore(load_config(None, changed), run_dir, progress=False, engines=engines)
+    message = str(refused.value)
+    assert "buffer.batch_size: 4 -> 2" in message and "rollout_args.seed: 0 -> 7" in message
+    assert "total_steps" not in message  # a free key: allowed
+    assert sorted(p.name for p in (run_dir / "experiences").iterdir()) == before  # nothing committed
 
 
 def test_resume_continues_the_same_run_without_duplicates(engines, tmp_path):

@@ -170,6 +170,19 @@ def test_a_10_mb_prompt_is_refused_at_once_and_untokenized(loop, limited, tmp_pa
     )
 
 
+def test_with_no_max_prompt_tokens_a_2_mib_prompt_is_refused_by_what_max_model_len_leaves(
+    loop, engine, tmp_path
+):
+    """The default limit is max_model_len (256 here) minus the request's max_tokens (8): refused at once,
+    untokenized and unretried, where vLLM would have rejected it only after tokenizing and queueing it."""
+    assert engine.max_prompt_tokens is None and engine.prompt_overflow == "refuse"
+    short, long = run_tasks(
+        loop, engine, task_table(tmp_path, "What is 1 + 1? " * (2 * 2**20 // 15))
+    ).values()
+    assert short["ok"] and (long["ok"], long["attempts"], long["experiences"]) == (False, 1, [])
+    assert "prompt has at least" in long["message"] and "max_model_len - max_tokens=248" in long["message"]
+
+
 def test_a_1_mib_prompt_is_cut_to_its_last_tokens(loop, limited, tmp_path):
     """Truncation has to tokenize it all (here ~2 s a MiB), so it uses a smaller prompt than refusal."""
     limited.prompt_overflow = "truncate"

@@ -274,3 +274,14 @@ def test_latest_only_when_watching_takes_the_newest(setup, monkeypatch):
         bench, Selection(checkpoint_dir=setup["ckpts"], latest_only=True, watch=True), progress=False
     )
     assert bench.evals == [(5, "small")]
+
+
+def test_a_symlink_loop_is_that_checkpoint_s_failure_and_the_others_go_on(setup, tmp_path):
+    good = setup["checkpoint"](3)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    bench = setup["make"]()
+    report = run_benchmark(bench, Selection([loop, good]), progress=False)
+    assert bench.evals == [(3, "small")]
+    [failure] = report.failures
+    assert failure.candidate.path == loop and "symlink loop" in failure.reason

@@ -1,0 +1,80 @@
+"""A resumed run must be the same run: its config is compared with the one in its `config.yaml`.
+
+Every config field is either *identity* (it changes which tasks fall in which step, or the policy and
+procedure that produce their experiences: tasksets, batch size, epochs, repeats, seeds and sampling, the
+workflow and reward, the model) or *free* (how long to run, how often to evaluate, logging, timeouts, the
+engine count). Each schema model lists its free fields in `free_on_resume`; an unmarked field counts as
+identity, so a new field is safe until someone decides otherwise. A resume that changes an identity key
+would put experiences of another procedure under committed keys, so it is refused naming each key with its
+old and new value; a changed free key is allowed and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from schemas.config import Config, flatten
+from schemas.errors import InputError
+from schemas.run_dir import CONFIG
+
+log = logging.getLogger(__name__)
+
+
+def is_free(key: str, model: type[BaseModel] = Config) -> bool:
+    """Whether dotted `key` is marked free in the schema (a key inside a mapping takes its field's mark)."""
+    head, _, rest = key.partition(".")
+    field = model.model_fields.get(head)
+    if field is None:
+        return False
+    if head in getattr(model, "free_on_resume", frozenset()):
+        return True
+    annotation = field.annotation
+    if rest and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return is_free(rest, annotation)
+    return False
+
+
+def saved_config(run_dir: Path) -> Config | None:
+    """The config a run was started with, or None for a run dir without one (nothing to compare)."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        return None
+    try:
+        return Config.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeError, yaml.YAMLError, ValidationError) as exc:
+        reason = str(exc).splitlines()[0]
+        raise InputError(
+            f"the run's saved config is unreadable ({reason}); restore it, or use a new --run-dir",
+            file=str(path),
+        ) from None
+
+
+def changed_keys(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
+    """(dotted key, old value, new value) for every leaf that differs, in the schema's order."""
+    before, after = flatten(old), flatten(new)
+    keys = list(dict.fromkeys([*before, *after]))
+    missing = "(unset)"
+    return [(k, before.get(k, missing), after.get(k, missing)) for k in keys if before.get(k) != after.get(k)]
+
+
+def check_resume(cfg: Config, run_dir: Path) -> None:
+    """Refuse a resume whose identity keys differ from the run's saved config; log the free ones."""
+    old = saved_config(run_dir)
+    if old is None:
+        return
+    changes = changed_keys(old, cfg)
+    identity = [c for c in changes if not is_free(c[0])]
+    if identity:
+        listed = "; ".join(f"{key}: {was} -> {now}" for key, was, now in identity)
+        raise InputError(
+            f"this run was started with another config, and resuming it would change what its steps hold "
+            f"({listed}). Set them back, or use a new --run-dir",
+            file=str(Path(run_dir) / CONFIG),
+        )
+    for key, was, now in changes:
+        log.info("resume: %s changed from %s to %s", key, was, now)
