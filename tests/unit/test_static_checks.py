@@ -3,6 +3,7 @@ model directory, paths and YAML bounds. Each refusal is an InputError naming the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -98,3 +99,12 @@ def refusal(path, result: list[BaseException]) -> None:
         check_inputs(load_config(None, [f"{TASKSET}.path={path}"]))
     except BaseException as exc:  # noqa: BLE001 - handed to the test thread
         result.append(exc)
+
+
+def test_an_architecture_vllm_does_not_run_is_refused(tmp_path):
+    model = model_copy(tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchForCausalLM"]}))
+    with pytest.raises(InputError, match="NoSuchForCausalLM is not one vLLM") as refused:
+        check_model_dir(model)
+    assert refused.value.field == "architectures"
