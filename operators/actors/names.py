@@ -20,3 +20,16 @@ def find_actor(name: str) -> Any | None:
         return ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
         return None
+
+
+ACTOR_CALL_S = 60.0  # a small named actor (gate, hub, queue) that does not answer in a minute is gone
+
+
+def answer(ref: Any, what: str, timeout: float = ACTOR_CALL_S) -> Any:
+    """`ray.get` with a deadline: no wait without one, and the message names what was waited for."""
+    import ray  # heavy, deferred: the driver's modules import without Ray
+
+    try:
+        return ray.get(ref, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise TimeoutError(f"{what}: no answer within {timeout:g} s") from None

@@ -22,7 +22,7 @@ import ray
 import yaml
 
 from operators.actors.gate import StepGate
-from operators.actors.names import NAMESPACE
+from operators.actors.names import NAMESPACE, answer
 from operators.engine.checkpoints import TensorMetaMap, check_checkpoint
 from operators.rollout.runner import runs_per_task
 from operators.sinks.base import open_sink
@@ -462,7 +462,7 @@ class Explorer:
             interval=sync.sync_interval,
             offset=sync.sync_offset,
         )
-        ray.get(self.gate.release.remote(upto))
+        answer(self.gate.release.remote(upto), "the step gate (release a period)")
 
     def _open_stream(self) -> None:
         """The committed-step stream from the step after the last committed one."""

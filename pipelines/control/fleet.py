@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from operators.actors.names import ACTOR_CALL_S, answer
 from operators.engine.actor import VLLMEngine
 from schemas.config import Config, ExplorerConfig
 from schemas.errors import InputError
@@ -298,9 +299,8 @@ class EngineFleet:
 
     def get_weight(self, name: str) -> Any:
         """The named parameter as the first engine holds it (vLLM's parameter names, the engine's dtype)."""
-        import ray  # heavy, deferred: the driver's modules import without Ray
 
-        return ray.get(self.handles[0].get_weight.remote(name))
+        return answer(self.handles[0].get_weight.remote(name), f"{self.names[0]} (get_weight {name})")
 
     @property
     def group_backend(self) -> str:
@@ -308,7 +308,6 @@ class EngineFleet:
 
     def open_weight_group(self, address: str, port: int, timeout: float) -> None:
         """Every engine worker joins the trainer's torch.distributed group (trainer rank 0; gloo or NCCL)."""
-        import ray  # heavy, deferred: the driver's modules import without Ray
 
         tp = self.cfg.explorer.rollout_model.tensor_parallel_size
         world = 1 + tp * len(self.handles)
@@ -317,7 +316,7 @@ class EngineFleet:
             for i, engine in enumerate(self.handles)
         ]
         with self.lock:
-            ray.get(calls)
+            answer(calls, "the engines (join the weight-sync group)", timeout + ACTOR_CALL_S)
             self.group = {"address": address, "port": port}
 
     # -- health ------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
-import ray
 
+from operators.actors.names import answer
 from pipelines.control.fleet import Fleet
 from pipelines.control.steps import CommittedStep, StepCommitter
 
@@ -52,7 +52,7 @@ def committed_steps(
         if fleet.error is not None:
             raise fleet.error
         finished = drained.done()  # read before collecting, so reports sent before the end are seen
-        for records in ray.get(gate.collect.remote(COLLECT_WAIT_S)):
+        for records in answer(gate.collect.remote(COLLECT_WAIT_S), "the step gate (collect reports)"):
             on_records(records)
             yield from committer.add(records)
         if finished and not committer.done:

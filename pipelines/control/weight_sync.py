@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from operators.actors.hub import WeightHub
-from operators.actors.names import NAMESPACE
+from operators.actors.names import NAMESPACE, answer
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, find_checkpoints
 from pipelines.control.fleet import Fleet, LoadError, WeightUpdate
 from pipelines.control.sync_policy import read_trainer_status
@@ -107,7 +107,7 @@ class HubSource:
         self.hub, self.kind, self.expected = hub, kind, expected
 
     def latest_version(self) -> int:
-        return ray.get(self.hub.latest_version.remote())
+        return answer(self.hub.latest_version.remote(), "the weight hub (latest version)")
 
     def next_update(self, current: int, timeout: float) -> WeightUpdate | None:
         found = ray.get(self.hub.wait_newer.remote(current, timeout))
@@ -182,6 +182,6 @@ def open_weight_source(
         )
         hub = actor.remote()
         tp = cfg.explorer.rollout_model.tensor_parallel_size
-        ray.get(hub.set_workers.remote(tp * len(fleet.names), fleet.group_backend))
+        answer(hub.set_workers.remote(tp * len(fleet.names), fleet.group_backend), "the weight hub (set up)")
         source = HubSource(hub, sync.sync_method, expected)
     return WeightSyncer(source, fleet, sync.sync_timeout), hub
