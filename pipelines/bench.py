@@ -18,7 +18,7 @@ from pathlib import Path
 
 from operators.rollout.plugins import PluginError
 from pipelines.benchmark.selection import DEFAULT_TIMEOUT_S, Selection
-from pipelines.cli import add_config_arguments, logging_to_console
+from pipelines.cli import add_config_arguments, logging_to_console, refuse
 from pipelines.control.fleet import EngineFleet
 from schemas.config import load_config
 from schemas.errors import InputError
@@ -99,6 +99,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--mlflow-uri", help="MLflow tracking URI (default: sqlite:///<absolute run dir>/mlflow.db)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging, and a traceback with each input error"
+    )
     args = parser.parse_args(argv)
     if args.watch and args.checkpoint_dir is None:
         parser.error("--watch needs --checkpoint-dir")
@@ -119,7 +122,7 @@ def selection_of(args: argparse.Namespace) -> Selection:
 def main(argv: list[str] | None = None, engines: EngineFleet | None = None) -> int:
     """0: every checkpoint measured (or already measured); 1: some failed; 2: bad input, nothing run."""
     args = parse_args(argv)
-    with logging_to_console(verbose=False):
+    with logging_to_console(args.verbose):
         # --help and argument errors answer without Ray, MLflow and the engines' code
         from pipelines.benchmark.session import benchmark  # heavy, deferred (see above)
 
@@ -138,8 +141,7 @@ def main(argv: list[str] | None = None, engines: EngineFleet | None = None) -> i
                 engines=engines,
             )
         except (InputError, PluginError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return refuse(exc, args.verbose)
     print(report.render(tracking_uri))
     return 0 if report.ok else 1
 

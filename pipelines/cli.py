@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import logging
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,15 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override one config field by dotted path, e.g. --set buffer.batch_size=16 (repeatable)",
     )
+
+
+def refuse(exc: BaseException, verbose: bool) -> int:
+    """Bad input, found before any engine started: one located `error:` line (and the traceback with
+    `-v`); exit code 2."""
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from operators.rollout.plugins import PluginError
-from pipelines.cli import add_config_arguments, logging_to_console
+from pipelines.cli import add_config_arguments, logging_to_console, refuse
 from pipelines.control.fleet import EngineFleet
 from schemas.config import Config, load_config
 from schemas.errors import InputError
@@ -259,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 trainer_lr=args.trainer_lr,
             )
     except (InputError, PluginError, NotImplementedError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return refuse(exc, args.verbose)
     print(summary.render())
     return 0
 

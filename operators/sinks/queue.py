@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators.actors.names import NAMESPACE
+from operators.actors.names import ACTOR_CALL_S, NAMESPACE, answer
 from operators.sinks.base import Sink
 from schemas.config import ExperienceBufferConfig
 
@@ -122,9 +122,16 @@ class QueueFeed:
 
         deadline = time.monotonic() + self.timeout
         try:
-            if drain and ray.get(self.actor.put.remote(END, self.timeout)):
-                ray.get(self.actor.wait_reader.remote(max(0.0, deadline - time.monotonic())))
-            return ray.get(self.actor.size.remote())
+            if drain and answer(
+                self.actor.put.remote(END, self.timeout), self.name, self.timeout + ACTOR_CALL_S
+            ):
+                left = max(0.0, deadline - time.monotonic())
+                answer(
+                    self.actor.wait_reader.remote(left),
+                    f"{self.name} (wait for the reader)",
+                    left + ACTOR_CALL_S,
+                )
+            return answer(self.actor.size.remote(), f"{self.name} (size)")
         finally:
             ray.kill(self.actor)
             self._wait_gone()
@@ -198,7 +205,7 @@ class QueueReader:
         import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         try:
-            return ray.get(actor.get.remote(self.poll_s))
+            return answer(actor.get.remote(self.poll_s), self.name, self.poll_s + ACTOR_CALL_S)
         except ray.exceptions.RayActorError:
             raise RuntimeError(
                 f"the experience queue {self.name} went away before the end of its stream: the explorer "

@@ -65,3 +65,11 @@ def test_a_taskset_path_that_is_a_directory_of_the_wrong_kind_is_located(tmp_pat
         ["--set", f"buffer.explorer_input.taskset.path={empty}", "--run-dir", str(tmp_path / "r")]
     )
     refused(capsys, code, str(empty))
+
+
+def test_with_verbose_the_traceback_comes_with_the_located_line(tmp_path, capsys):
+    not_a_dir = tmp_path / "run"
+    not_a_dir.write_text("")
+    code = bench_main(["--include-base", "--run-dir", str(not_a_dir), "--no-progress", "-v"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" in err and f"error: {not_a_dir}: is not a directory" in err
