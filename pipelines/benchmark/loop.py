@@ -274,10 +274,8 @@ class Bench:
 
     def restore(self, point: Restore) -> None:
         """Put shared engines back on the weights their owner expects (e.g. an Explorer's current version)."""
-        kind = "checkpoint" if point.path is not None else "memory"
-        update = WeightUpdate(point.version, kind, path=point.path, state=point.state)
         try:
-            self.fleet.load(update, self.cfg.synchronizer.sync_timeout)
+            self.fleet.load(point.as_update(), self.cfg.synchronizer.sync_timeout)
         except LoadError as exc:
             raise RuntimeError(f"could not put the engines back on version {point.version}: {exc}") from None
 

@@ -59,6 +59,11 @@ class Restore:
     def loadable(self) -> bool:
         return self.path is not None or self.state is not None
 
+    def as_update(self) -> WeightUpdate:
+        """The load that puts an engine on these weights (a loadable restore point only)."""
+        kind = "checkpoint" if self.path is not None else "memory"
+        return WeightUpdate(self.version, kind, path=self.path, state=self.state)
+
 
 @dataclass
 class WeightUpdate:
@@ -292,8 +297,9 @@ class EngineFleet:
                 f"version {self.current.version} came by broadcast: there is nothing to go back to"
             )
         back = self.current
-        update = WeightUpdate(back.version, "checkpoint" if back.path else "memory", back.path, back.state)
-        _, back_errors = gather([self.load_call(self.handles[i], update, timeout) for i in loaded], timeout)
+        _, back_errors = gather(
+            [self.load_call(self.handles[i], back.as_update(), timeout) for i in loaded], timeout
+        )
         if back_errors:
             raise SyncError(f"roll-back to version {back.version} failed: {'; '.join(back_errors)}")
 
@@ -389,9 +395,7 @@ class EngineFleet:
             self.handles[index] = replacement
             ray.get(replacement.ready.remote(), timeout=timeout)
             if fresh:
-                kind = "checkpoint" if restore.path is not None else "memory"
-                update = WeightUpdate(restore.version, kind, restore.path, restore.state)
-                ray.get(self.load_call(replacement, update, timeout), timeout=timeout)
+                ray.get(self.load_call(replacement, restore.as_update(), timeout), timeout=timeout)
         log.warning(
             "%s replaced on version %d in %.0f s (restart %d of at most %d)",
             name,
