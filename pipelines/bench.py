@@ -16,12 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from operators.rollout.plugins import PluginError
 from pipelines.benchmark.selection import DEFAULT_TIMEOUT_S, Selection
-from pipelines.cli import add_config_arguments, logging_to_console, refuse
+from pipelines.cli import add_config_arguments, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
 from schemas.config import load_config
-from schemas.errors import InputError
 
 EPILOG = """\
 examples:
@@ -122,26 +120,27 @@ def selection_of(args: argparse.Namespace) -> Selection:
 def main(argv: list[str] | None = None, engines: EngineFleet | None = None) -> int:
     """0: every checkpoint measured (or already measured); 1: some failed; 2: bad input, nothing run."""
     args = parse_args(argv)
+    return run_cli(lambda: run_command(args, engines), args.verbose)  # the `error:` rule: pipelines.cli
+
+
+def run_command(args: argparse.Namespace, engines: EngineFleet | None) -> int:
     with logging_to_console(args.verbose):
         # --help and argument errors answer without Ray, MLflow and the engines' code
         from pipelines.benchmark.session import benchmark  # heavy, deferred (see above)
 
-        try:
-            cfg = load_config(args.config, args.overrides)
-            run_dir = args.run_dir or Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
-            report, tracking_uri = benchmark(
-                cfg,
-                run_dir,
-                selection_of(args),
-                taskset_paths=args.tasksets,
-                force=args.force,
-                ray_address=args.ray_address,
-                mlflow_uri=args.mlflow_uri,
-                progress=not args.no_progress,
-                engines=engines,
-            )
-        except (InputError, PluginError) as exc:
-            return refuse(exc, args.verbose)
+        cfg = load_config(args.config, args.overrides)
+        run_dir = args.run_dir or Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+        report, tracking_uri = benchmark(
+            cfg,
+            run_dir,
+            selection_of(args),
+            taskset_paths=args.tasksets,
+            force=args.force,
+            ray_address=args.ray_address,
+            mlflow_uri=args.mlflow_uri,
+            progress=not args.no_progress,
+            engines=engines,
+        )
     print(report.render(tracking_uri))
     return 0 if report.ok else 1
 

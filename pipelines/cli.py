@@ -1,5 +1,10 @@
-"""What every rftflow command shares: `--config`/`--set`, and console logging that keeps the progress bar
-whole (tqdm's logging redirect) at INFO, or DEBUG with `-v`."""
+"""What every rftflow command shares: `--config`/`--set`, console logging that keeps the progress bar whole
+(tqdm's logging redirect) at INFO, or DEBUG with `-v`, and the one rule for errors before an engine starts.
+
+The rule (`run_cli`): bad input (config, run dir, tasksets, model, plugins, saved state) exits 2 with one
+line, `error: <file[:line]>[, field '<key>']: <what>; <hint>`, and a traceback only with `-v`. A failure once
+the run is under way is the run's own: it goes up unchanged (a traceback, exit 1).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,24 @@ import contextlib
 import logging
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from operators.rollout.plugins import PluginError
+from schemas.errors import InputError
+
 PACKAGES = ("pipelines", "operators", "schemas")  # rftflow's own loggers; Ray's and vLLM's are left alone
+REFUSALS = (InputError, PluginError, NotImplementedError)  # bad input wherever raised (NotImplementedError:
+# a workflow asked for what it cannot do, found when the workflows are checked)
+READ_ERRORS = (OSError, UnicodeError)  # bad input while only inputs are read; the run's failure after
+OS_HINTS = (
+    (PermissionError, "check its permissions"),
+    (IsADirectoryError, "give a file, not a directory"),
+    (NotADirectoryError, "a folder on its path is a file"),
+    (FileNotFoundError, "check the path"),
+)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +44,46 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override one config field by dotted path, e.g. --set buffer.batch_size=16 (repeatable)",
     )
+
+
+def run_cli(command: Callable[[], int], verbose: bool) -> int:
+    """`command()`'s exit status, or 2 with one `error:` line when it fails on bad input.
+
+    `REFUSALS` are bad input wherever raised. An OSError or UnicodeError is bad input while Ray has not
+    started in this process: the engines are Ray actors and Ray starts only once every input has been
+    checked, so until then nothing but inputs was being read. Once Ray is up it is the run's failure and goes
+    up unchanged. With `verbose` the traceback is printed too.
+    """
+    try:
+        return command()
+    except REFUSALS as exc:
+        return refuse(exc, verbose)
+    except READ_ERRORS as exc:
+        if ray_started():
+            raise
+        error = as_input_error(exc)
+        error.__cause__ = exc  # -v shows where it was raised
+        return refuse(error, verbose)
+
+
+def ray_started() -> bool:
+    """Whether this process has started (or joined) Ray; never imports it, since a command that has not
+    imported Ray has not started it."""
+    ray = sys.modules.get("ray")
+    is_initialized = getattr(ray, "is_initialized", None)
+    return bool(is_initialized is not None and is_initialized())
+
+
+def as_input_error(exc: OSError | UnicodeError) -> InputError:
+    """An OSError or UnicodeError as a located InputError: the file (when the error names one), what went
+    wrong, and what to do about it."""
+    if isinstance(exc, UnicodeDecodeError):
+        return InputError(f"not {exc.encoding} text ({exc.reason} at byte {exc.start}): save it as UTF-8")
+    if isinstance(exc, UnicodeError):
+        return InputError(f"not valid text ({exc}): save it as UTF-8")
+    hint = next((h for kind, h in OS_HINTS if isinstance(exc, kind)), "check that it can be read")
+    file = None if exc.filename is None else str(exc.filename)
+    return InputError(f"cannot be read ({exc.strerror or exc}): {hint}", file=file)
 
 
 def refuse(exc: BaseException, verbose: bool) -> int:

@@ -15,11 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from operators.rollout.plugins import PluginError
-from pipelines.cli import add_config_arguments, logging_to_console, refuse
+from pipelines.cli import add_config_arguments, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
 from schemas.config import Config, load_config
-from schemas.errors import InputError
 
 EPILOG = """\
 examples:
@@ -241,25 +239,27 @@ def stop_trainer(trainer: tuple) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """0: the run finished; 2: bad input, nothing run (one `error:` line, see `pipelines.cli.run_cli`)."""
     args = parse_args(argv)
     if args.verbose:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")
-    try:
-        cfg = build_config(args)
-        run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        with logging_to_console(args.verbose):
-            summary = explore(
-                cfg,
-                run_dir,
-                ray_address=args.ray_address,
-                mlflow_uri=args.mlflow_uri,
-                progress=not args.no_progress,
-                verbose=args.verbose,
-                with_trainer=args.with_trainer,
-                trainer_lr=args.trainer_lr,
-            )
-    except (InputError, PluginError, NotImplementedError) as exc:
-        return refuse(exc, args.verbose)
+    return run_cli(lambda: run_command(args), args.verbose)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    cfg = build_config(args)
+    run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    with logging_to_console(args.verbose):
+        summary = explore(
+            cfg,
+            run_dir,
+            ray_address=args.ray_address,
+            mlflow_uri=args.mlflow_uri,
+            progress=not args.no_progress,
+            verbose=args.verbose,
+            with_trainer=args.with_trainer,
+            trainer_lr=args.trainer_lr,
+        )
     print(summary.render())
     return 0
 

@@ -1,4 +1,5 @@
-"""Input errors that point at the exact place to fix: file, row (1-based line) and field."""
+"""Input errors that point at the exact place to fix: file, row (1-based line) and field; and the checks
+of an input file made before anything opens it."""
 
 from __future__ import annotations
 
@@ -53,9 +54,8 @@ def file_problem(path: Path | str) -> str | None:
 
 
 def read_text(path: Path | str, max_mib: int, noun: str) -> str:
-    """A small UTF-8 text file (config, model metadata), or an InputError naming it: it must be a readable
-    regular file (checked before it is opened), of at most `max_mib` MiB; a leading byte-order mark is
-    dropped."""
+    """A small UTF-8 text file (config, model metadata), or an InputError naming it: a readable regular file
+    (checked before it is opened) of at most `max_mib` MiB; a leading byte-order mark is dropped."""
     if problem := file_problem(path):
         raise InputError(f"{noun} {problem}", file=str(path))
     raw = b""

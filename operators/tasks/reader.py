@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -65,7 +67,31 @@ def iter_raw_rows(
     if file.suffix == ".parquet":
         yield from enumerate(iter_parquet_records(file), start=1)
         return
-    with open(file, "rb") as handle:
+    try:
+        yield from iter_jsonl_rows(file, max_row_bytes, skip_bad)
+    except OSError as exc:  # a read error (EIO, a file truncated under us): the file, not a traceback
+        raise InputError(f"taskset file cannot be read ({exc.strerror or exc})", file=str(file)) from None
+
+
+def open_taskset_file(file: Path) -> BinaryIO:
+    """`file` opened for reading, or an InputError naming it. Opened without blocking (a named pipe put in its
+    place after planning would wait for a writer for ever) and refused unless it is a regular file."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, ValueError) as exc:  # PermissionError, FileNotFoundError; ValueError: a NUL in the path
+        raise InputError(f"taskset file cannot be opened ({exc.strerror or exc})", file=str(file)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"taskset file {file_problem(file) or 'is not a regular file'}", file=str(file))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def iter_jsonl_rows(
+    file: Path, max_row_bytes: int, skip_bad: bool
+) -> Iterator[tuple[int, dict[str, Any] | InputError]]:
+    """The jsonl part of `iter_raw_rows`."""
+    with open_taskset_file(file) as handle:
         number = 0
         while raw := handle.readline(max_row_bytes + 1):
             number += 1
@@ -91,8 +117,11 @@ def iter_parquet_records(file: Path) -> Iterator[dict[str, Any]]:
         parquet = pq.ParquetFile(file)
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"not a readable Parquet file: {exc}", file=str(file)) from None
-    for batch in parquet.iter_batches(batch_size=BLOCK_ROWS):
-        yield from batch.to_pylist()
+    try:
+        for batch in parquet.iter_batches(batch_size=BLOCK_ROWS):
+            yield from batch.to_pylist()
+    except (OSError, pa.ArrowException) as exc:  # a corrupt page, a read error
+        raise InputError(f"not a readable Parquet file: {exc}", file=str(file)) from None
 
 
 def read_past_line(handle: BinaryIO, read: int) -> int:

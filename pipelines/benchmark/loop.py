@@ -28,6 +28,7 @@ from pipelines.benchmark.selection import (
     Failure,
     Selection,
     check_candidate,
+    path_problem,
     resolved,
     select_candidates,
     trainer_stopped,
@@ -170,6 +171,8 @@ class Bench:
             weights = weights_hash(candidate.path, self.state.hash_cache)
         except CheckpointError as exc:
             return self.fail(candidate, str(exc))
+        except (OSError, RuntimeError) as exc:  # gone or looping since its check (a trainer deleting it)
+            return self.fail(candidate, f"{candidate.path}: {path_problem(exc)}")
         todo = [ts for ts in self.tasksets if self.force or self.state.find(weights, self.key(ts)) is None]
         if not todo:
             self.report.skipped.append(candidate)

@@ -6,6 +6,7 @@ any engine sees it, and the others go on.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 from collections.abc import Iterable
@@ -124,8 +125,19 @@ def check_candidate(candidate: Candidate, expected: TensorMetaMap, base: Path) -
         raise CheckpointError(f"{path}: not found")
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a directory")
-    check_checkpoint(path, expected, root=candidate.root)  # config.json, whole files, the model's tensors
-    check_architecture(path, base)
+    try:
+        check_checkpoint(path, expected, root=candidate.root)  # config.json, whole files, the model's tensors
+        check_architecture(path, base)
+    except (OSError, RuntimeError) as exc:  # a file in it loops or went away: its failure, not the bench's
+        raise CheckpointError(f"{path}: {path_problem(exc)}") from None
+
+
+def path_problem(exc: OSError | RuntimeError) -> str:
+    """Why a checkpoint's files could not be followed or read, from the error `Path.resolve()` or `stat`
+    raised: Python reports a symlink loop as RuntimeError("Symlink loop from ...") or as ELOOP."""
+    if isinstance(exc, RuntimeError) or exc.errno == errno.ELOOP:
+        return f"a symlink loop ({exc}): point the link at a real file, or remove it"
+    return f"cannot be read ({exc.strerror or exc})"
 
 
 def trainer_stopped(checkpoint_dir: Path | None) -> bool:

@@ -13,13 +13,14 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, tensor_meta
 from operators.rollout.plugins import load_plugins
 from operators.rollout.rewards import get_reward_fn
-from operators.tasks.reader import TasksetPlan, plan_taskset
+from operators.tasks.reader import TasksetPlan, json_type, plan_taskset
 from operators.workflows.registry import load_builtins, workflow_class
-from schemas.config import Config
+from schemas.config import Config, validate_tree
 from schemas.errors import InputError, read_text
 
 CONFIG_JSON_MAX_MIB = 16
@@ -28,25 +29,68 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 @functools.cache
 def vllm_architectures() -> frozenset[str] | None:
-    """The architecture names in vLLM's model registry, read from its source without importing vLLM (which
-    takes seconds and pulls in torch on the driver); None when vLLM or its registry is not found."""
+    """The architectures in vLLM's model registry (`ModelRegistry.get_supported_archs()`: the keys of
+    `_VLLM_MODELS`, merged from the tables it unpacks), read from its source without importing vLLM, which
+    takes seconds and pulls torch into the driver. Not every `_*_MODELS` table: `_PREVIOUSLY_SUPPORTED_MODELS`
+    lists removed ones, which vLLM refuses. None (no check) when vLLM is not installed or its registry is laid
+    out otherwise: refusing a model on a misreading would be worse than not checking."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
         return None
     registry = Path(next(iter(spec.submodule_search_locations))) / "model_executor" / "models" / "registry.py"
     try:
         tree = ast.parse(registry.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeError):
+    except (OSError, SyntaxError, UnicodeError, ValueError):
         return None
-    names = set()
+    tables: dict[str, ast.Dict] = {}
     for node in tree.body:
         targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
-        named = [t.id for t in targets if isinstance(t, ast.Name)]
-        if any(n.endswith("_MODELS") for n in named) and isinstance(node.value, ast.Dict):
-            names |= {
-                k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
-            }
-    return frozenset(names) or None
+        for target in targets:
+            if isinstance(target, ast.Name) and isinstance(node.value, ast.Dict):
+                tables[target.id] = node.value
+    names = table_keys(tables.get("_VLLM_MODELS"), tables, depth=0)
+    return frozenset(names) if names else None
+
+
+def table_keys(table: ast.Dict | None, tables: dict[str, ast.Dict], depth: int) -> set[str] | None:
+    """The string keys of a dict literal, following `**name` (a module-level table), `**{...}`, and
+    `**{k: ... for k, ... in name.items() if ...}` (taken as all of name's keys: at most more, never fewer);
+    None if any key is something else."""
+    if table is None or depth > 8:
+        return None
+    names: set[str] = set()
+    for key, value in zip(table.keys, table.values, strict=True):
+        if key is None:  # **_TEXT_GENERATION_MODELS, **{...}, or **{k: v for k, v in X.items() if ...}
+            if isinstance(value, ast.DictComp):
+                source = value.generators[0].iter
+                value = (
+                    source.func.value
+                    if isinstance(source, ast.Call)
+                    and isinstance(source.func, ast.Attribute)
+                    and source.func.attr == "items"
+                    else None
+                )
+            inner = tables.get(value.id) if isinstance(value, ast.Name) else value
+            found = table_keys(inner if isinstance(inner, ast.Dict) else None, tables, depth + 1)
+            if found is None:
+                return None
+            names |= found
+        elif isinstance(key, ast.Constant) and isinstance(key.value, str):
+            names.add(key.value)
+        else:
+            return None
+    return names
+
+
+def transformers_has(name: str) -> bool:
+    """Whether Transformers has a class `name`: vLLM runs an architecture its registry lacks with its
+    Transformers backend. True when that cannot be told, so that only a sure failure is refused."""
+    try:
+        import transformers  # heavy, deferred: only for an architecture vLLM's registry lacks
+
+        return name in dir(transformers)  # its lazy module lists every class without importing model code
+    except Exception:  # noqa: BLE001 - a broken install or model module: not this check's to judge
+        return True
 
 
 def vllm_version() -> str | None:
@@ -77,10 +121,12 @@ def check_run_dir(path: Path) -> None:
         raise InputError("is a link to nothing (or a symlink loop)", file=str(path))
 
 
-def check_model_dir(path: Path) -> None:
+def check_model_dir(path: Path) -> dict[str, Any]:
+    """A Hugging Face model directory vLLM can load: config.json a JSON object naming architectures vLLM runs,
+    and a tokenizer. Returns the parsed config.json."""
     if not Path(path).is_dir():
         raise InputError("model directory not found", file=str(path), field="model.model_path")
-    if not (Path(path) / "config.json").is_file():
+    if not (Path(path) / "config.json").exists():  # a named pipe or a directory: read_text says which
         raise InputError(
             "not a Hugging Face model directory (no config.json)", file=str(path), field="model.model_path"
         )
@@ -91,18 +137,33 @@ def check_model_dir(path: Path) -> None:
         if isinstance(exc, InputError):
             raise
         raise InputError(f"model config is not JSON ({exc})", file=str(config_file)) from None
-    architectures = config.get("architectures") if isinstance(config, dict) else None
-    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+    except RecursionError:
+        raise InputError(
+            "model config is not readable JSON: nested too deeply", file=str(config_file)
+        ) from None
+    if not isinstance(config, dict):
+        raise InputError(f"model config is a JSON {json_type(config)}, not an object", file=str(config_file))
+    architectures = config.get("architectures")
+    if (
+        not isinstance(architectures, list)
+        or not architectures
+        or not all(isinstance(a, str) for a in architectures)
+    ):
         raise InputError(
             "model config names no architectures (a list of class names, as Hugging Face writes it)",
             file=str(config_file),
             field="architectures",
         )
     known = vllm_architectures()
-    unknown = [a for a in architectures if known is not None and a not in known]
-    if unknown:
+    # As vLLM: one architecture it knows is enough; failing that, its Transformers backend may run the first.
+    if (
+        known is not None
+        and not any(a in known for a in architectures)
+        and not transformers_has(architectures[0])
+    ):
         raise InputError(
-            f"architecture {unknown[0]} is not one vLLM {vllm_version() or ''} runs",
+            f"architecture {', '.join(architectures)} is not one vLLM {vllm_version() or ''} runs (neither "
+            "its registry nor Transformers has the class): is this a model vLLM supports?",
             file=str(config_file),
             field="architectures",
         )
@@ -112,6 +173,26 @@ def check_model_dir(path: Path) -> None:
             file=str(path),
             field="model.model_path",
         )
+    return config
+
+
+def check_parallelism(cfg: Config, model_config: dict[str, Any]) -> None:
+    """vLLM splits the attention heads across an engine's GPUs: their number must divide evenly."""
+    text_config = model_config.get("text_config")
+    heads = (text_config if isinstance(text_config, dict) else model_config).get("num_attention_heads")
+    size = cfg.explorer.rollout_model.tensor_parallel_size
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 and heads % size:
+        raise InputError(
+            f"{heads} attention heads (model config) do not divide into {size} tensor-parallel parts: give a "
+            "divisor of the head count",
+            field="explorer.rollout_model.tensor_parallel_size",
+        )
+
+
+def check_config(cfg: Config) -> None:
+    """The schema's checks once more, for a config changed after loading without them (the bench's
+    `--taskset` tasksets are model copies of the training taskset, which pydantic does not validate)."""
+    validate_tree(cfg.model_dump(), "config")
 
 
 def base_tensor_meta(model_path: Path) -> TensorMetaMap:
@@ -127,22 +208,25 @@ def check_workflows(cfg: Config) -> None:
     load_builtins()
     for plugin_dir in cfg.plugin_dirs:
         load_plugins(plugin_dir)
-    explorer_input = cfg.buffer.explorer_input
-    tasksets = [(explorer_input.taskset, False)] + [(ts, True) for ts in explorer_input.eval_tasksets]
-    for taskset, is_eval in tasksets:
-        where = f"taskset '{taskset.name}'"
+    inputs, prefix = cfg.buffer.explorer_input, "buffer.explorer_input"
+    tasksets = [(inputs.taskset, False, "taskset")]
+    tasksets += [(ts, True, f"eval_tasksets.{i}") for i, ts in enumerate(inputs.eval_tasksets)]
+    for taskset, is_eval, where in tasksets:
+        own = taskset.default_workflow_type is not None or not is_eval
+        key = f"{prefix}.{where}.default_workflow_type" if own else f"{prefix}.default_eval_workflow_type"
         try:
-            workflow_class(explorer_input.workflow_for(taskset, is_eval))
+            workflow_class(inputs.workflow_for(taskset, is_eval))
+            key = f"{prefix}.{where}.default_reward_fn_type"
             if taskset.default_reward_fn_type:
                 get_reward_fn(taskset.default_reward_fn_type)
         except KeyError as exc:
-            raise InputError(
-                f"{where}: {exc.args[0]}", field="default_workflow_type / default_reward_fn_type"
-            ) from None
+            hint = "; a plugin's names need its folder in plugin_dirs" if not cfg.plugin_dirs else ""
+            raise InputError(f"taskset '{taskset.name}': {exc.args[0]}{hint}", field=key) from None
 
 
 def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     """Plan the training taskset (when `train`) and every eval taskset, check the model and the workflows."""
+    check_config(cfg)
     buffer = cfg.buffer
     explorer_input = buffer.explorer_input
     plan = (
@@ -153,7 +237,7 @@ def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     eval_plans = {
         ts.name: plan_taskset(ts, buffer.batch_size, 1, None) for ts in explorer_input.eval_tasksets
     }
-    check_model_dir(cfg.model.model_path)
+    check_parallelism(cfg, check_model_dir(cfg.model.model_path))
     expected = base_tensor_meta(cfg.model.model_path)
     check_workflows(cfg)
     return Inputs(plan, eval_plans, expected)

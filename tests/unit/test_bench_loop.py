@@ -285,3 +285,15 @@ def test_a_symlink_loop_is_that_checkpoint_s_failure_and_the_others_go_on(setup,
     assert bench.evals == [(3, "small")]
     [failure] = report.failures
     assert failure.candidate.path == loop and "symlink loop" in failure.reason
+
+
+def test_a_looping_weight_file_in_the_checkpoint_dir_fails_that_checkpoint_only(setup):
+    broken, _ = setup["checkpoint"](1), setup["checkpoint"](2)
+    for weights in broken.glob("*.safetensors"):  # found under --checkpoint-dir: its files are resolved
+        weights.unlink()
+        weights.symlink_to(weights)
+    bench = setup["make"]()
+    report = run_benchmark(bench, Selection(checkpoint_dir=setup["ckpts"]), progress=False)
+    assert bench.evals == [(2, "small")]
+    [failure] = report.failures
+    assert failure.candidate.path == broken and "symlink loop" in failure.reason
