@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from pipelines.benchmark.selection import DEFAULT_TIMEOUT_S, Selection
-from pipelines.cli import add_config_arguments, logging_to_console, run_cli
+from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
 from schemas.config import load_config
 
@@ -47,20 +47,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_config_arguments(parser)
     parser.add_argument(
         "--run-dir",
-        type=Path,
+        type=given_path,
         help="where outputs go (default: runs/bench-<timestamp>); an existing one is resumed",
     )
     parser.add_argument(
         "--checkpoints",
         nargs="+",
-        type=Path,
+        type=given_path,
         default=[],
         metavar="PATH",
         help="Hugging Face model directories, in any order (run by their step: global_step_N, a trailing "
         "number, else their position)",
     )
     parser.add_argument(
-        "--checkpoint-dir", type=Path, metavar="DIR", help="every global_step_N under DIR, by N"
+        "--checkpoint-dir", type=given_path, metavar="DIR", help="every global_step_N under DIR, by N"
     )
     parser.add_argument("--include-base", action="store_true", help="also the config's model, as step 0")
     parser.add_argument("--latest-only", action="store_true", help="only the highest step (and the base)")
@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         dest="tasksets",
         action="append",
         default=[],
-        type=Path,
+        type=given_path,
         metavar="PATH",
         help="an eval taskset file or folder, named by its stem, in place of the config's eval tasksets; "
         "repeatable (default: the config's, else the bundled arithmetic eval set)",

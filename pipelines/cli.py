@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from operators.rollout.plugins import PluginError
+from pipelines.control.runtime import InputsPhase, reading_inputs
 from schemas.errors import InputError
 
 PACKAGES = ("pipelines", "operators", "schemas")  # rftflow's own loggers; Ray's and vLLM's are left alone
@@ -33,9 +34,19 @@ OS_HINTS = (
 )
 
 
+def given_path(text: str) -> Path:
+    """An argparse `type` for a path argument: an empty one is refused (as `Path("")` it would be the
+    working directory, and a run would read or write whatever is there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: give a file or folder")
+    return Path(text)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """`--config` and `--set`, the same in every rftflow command that reads a config."""
-    parser.add_argument("--config", type=Path, help="YAML config file (fields documented in the README)")
+    parser.add_argument(
+        "--config", type=given_path, help="YAML config file (fields documented in the README)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -49,29 +60,22 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def run_cli(command: Callable[[], int], verbose: bool) -> int:
     """`command()`'s exit status, or 2 with one `error:` line when it fails on bad input.
 
-    `REFUSALS` are bad input wherever raised. An OSError or UnicodeError is bad input while Ray has not
-    started in this process: the engines are Ray actors and Ray starts only once every input has been
-    checked, so until then nothing but inputs was being read. Once Ray is up it is the run's failure and goes
-    up unchanged. With `verbose` the traceback is printed too.
+    `REFUSALS` are bad input wherever raised. An OSError or UnicodeError is bad input while the command is
+    still reading its inputs (`runtime.InputsPhase`: until `init_ray`, since Ray starts only once every input
+    has been checked). After that it is the run's failure and goes up unchanged. With `verbose` the traceback
+    is printed too.
     """
-    try:
-        return command()
-    except REFUSALS as exc:
-        return refuse(exc, verbose)
-    except READ_ERRORS as exc:
-        if ray_started():
-            raise
-        error = as_input_error(exc)
-        error.__cause__ = exc  # -v shows where it was raised
-        return refuse(error, verbose)
-
-
-def ray_started() -> bool:
-    """Whether this process has started (or joined) Ray; never imports it, since a command that has not
-    imported Ray has not started it."""
-    ray = sys.modules.get("ray")
-    is_initialized = getattr(ray, "is_initialized", None)
-    return bool(is_initialized is not None and is_initialized())
+    with reading_inputs():
+        try:
+            return command()
+        except REFUSALS as exc:
+            return refuse(exc, verbose)
+        except READ_ERRORS as exc:
+            if not InputsPhase.reading:
+                raise
+            error = as_input_error(exc)
+            error.__cause__ = exc  # -v shows where it was raised
+            return refuse(error, verbose)
 
 
 def as_input_error(exc: OSError | UnicodeError) -> InputError:

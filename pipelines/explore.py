@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.cli import add_config_arguments, logging_to_console, run_cli
+from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
 from schemas.config import Config, load_config
 
@@ -47,11 +47,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         dest="plugin_dirs",
         action="append",
         default=[],
-        type=Path,
+        type=given_path,
         metavar="DIR",
         help="folder of your own workflow and reward modules; repeatable",
     )
-    parser.add_argument("--run-dir", type=Path, help="where outputs go (default: runs/<name>-<timestamp>)")
+    parser.add_argument(
+        "--run-dir", type=given_path, help="where outputs go (default: runs/<name>-<timestamp>)"
+    )
     parser.add_argument(
         "--steps", type=int, help="number of steps to run (same as --set buffer.total_steps=N)"
     )

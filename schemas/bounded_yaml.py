@@ -38,6 +38,7 @@ def expanded(node: yaml.Node, memo: dict[int, tuple[int, int]], path: set[int]) 
 def parse_yaml(text: str, source: str, field: str | None = None) -> Any:
     """YAML (safe types only), refused before building anything if it nests or expands past the bounds."""
     loader = yaml.SafeLoader(text)
+    loader.name = source  # the marks in its messages name the file, not "<unicode string>"
     try:
         node = loader.get_single_node()
         size, depth = expanded(node, {}, set()) if node is not None else (0, 0)

@@ -56,11 +56,14 @@ def step_of(path: Path) -> int | None:
 
 
 def find_checkpoints(root: Path) -> list[tuple[int, Path]]:
-    """`(N, path)` for every `global_step_N/` under `root`, by ascending N (so 2 comes before 10)."""
+    """`(N, path)` for every `global_step_N/` under `root`, by ascending N (so 2 comes before 10).
+
+    A `global_step_N` link that resolves to no folder (broken, or a loop) is kept: reading it then fails with
+    that checkpoint's own message, rather than the step vanishing without a word."""
     root = Path(root)
     if not root.is_dir():
         return []
-    found = [(step_of(p), p) for p in root.iterdir() if p.is_dir()]
+    found = [(step_of(p), p) for p in root.iterdir() if p.is_dir() or p.is_symlink()]
     return sorted((step, p) for step, p in found if step is not None)
 
 
@@ -207,7 +210,10 @@ def check_checkpoint(directory: Path, expected: TensorMetaMap, root: Path | None
 
 
 def check_inside(path: Path, root: Path) -> None:
-    resolved, inside = Path(path).resolve(), Path(root).resolve()
+    try:
+        resolved, inside = Path(path).resolve(), Path(root).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop, before Python 3.13
+        raise CheckpointError(f"{path}: cannot be resolved ({exc}): a symlink loop?") from None
     if not resolved.is_relative_to(inside):
         raise CheckpointError(
             f"{path}: resolves to {resolved}, outside the checkpoint dir {inside}; refusing it"

@@ -13,6 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from operators.actors.names import answer
+
 if TYPE_CHECKING:
     import torch
 
@@ -22,6 +24,7 @@ TensorMeta = tuple[str, list[int], str]
 WireTensor = tuple[str, list[int], str, bytes]
 
 BUCKET_BYTES = 256 * 2**20
+STATE_FETCH_S = 600.0  # a state dict of a large model crossing nodes; past this the object is lost, not slow
 
 
 def dtype_of(name: str) -> torch.dtype:
@@ -97,9 +100,7 @@ def stage_state_dict(state: dict[str, torch.Tensor] | list[Any]) -> Path:
     from safetensors.torch import save_file  # heavy (imports torch), deferred: as torch
 
     if isinstance(state, list):
-        import ray  # heavy, deferred: only for a state dict in Ray's object store
-
-        state = ray.get(state[0])
+        state = answer(state[0], "the state dict from Ray's object store", STATE_FETCH_S)
     tensors = {name: t.detach().contiguous().cpu() for name, t in state.items()}
     needed = sum(t.numel() * t.element_size() for t in tensors.values())
     shm = Path("/dev/shm")

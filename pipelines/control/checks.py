@@ -189,6 +189,21 @@ def check_parallelism(cfg: Config, model_config: dict[str, Any]) -> None:
         )
 
 
+def check_context_length(cfg: Config, model_config: dict[str, Any]) -> None:
+    """`max_model_len` within the positions the model was built for (vLLM refuses more when the engine
+    starts, after a minute of loading)."""
+    text_config = model_config.get("text_config")
+    own = text_config if isinstance(text_config, dict) else model_config
+    positions = own.get("max_position_embeddings")
+    wanted = cfg.explorer.rollout_model.max_model_len
+    if isinstance(positions, int) and not isinstance(positions, bool) and 0 < positions < wanted:
+        raise InputError(
+            f"{wanted} tokens is more than the model's {positions} positions (max_position_embeddings in its "
+            f"config.json): give at most {positions}",
+            field="explorer.rollout_model.max_model_len",
+        )
+
+
 def check_config(cfg: Config) -> None:
     """The schema's checks once more, for a config changed after loading without them (the bench's
     `--taskset` tasksets are model copies of the training taskset, which pydantic does not validate)."""
@@ -237,7 +252,9 @@ def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     eval_plans = {
         ts.name: plan_taskset(ts, buffer.batch_size, 1, None) for ts in explorer_input.eval_tasksets
     }
-    check_parallelism(cfg, check_model_dir(cfg.model.model_path))
+    model_config = check_model_dir(cfg.model.model_path)
+    check_parallelism(cfg, model_config)
+    check_context_length(cfg, model_config)
     expected = base_tensor_meta(cfg.model.model_path)
     check_workflows(cfg)
     return Inputs(plan, eval_plans, expected)

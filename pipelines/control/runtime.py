@@ -1,9 +1,12 @@
-"""Ray start-up, with the settings that keep a 2-core laptop from starving."""
+"""Ray start-up, with the settings that keep a 2-core laptop from starving; and the moment it marks, where a
+command stops only reading its inputs and its run begins."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,32 @@ from operators.actors.names import NAMESPACE
 from schemas.config import RayConfig
 
 
+class InputsPhase:
+    """Whether the current command is still only reading its inputs.
+
+    Every input is checked before Ray starts, so an OSError raised before `init_ray` came from reading an
+    input (bad input: exit 2), and one raised after it is the run's own failure. The flag is explicit, not
+    `ray.is_initialized()`, because a process that runs commands one after another (a notebook, the tests)
+    keeps Ray up between them.
+    """
+
+    reading = False
+
+
+@contextlib.contextmanager
+def reading_inputs() -> Iterator[None]:
+    """Mark a command's inputs phase; `init_ray` ends it."""
+    InputsPhase.reading = True
+    try:
+        yield
+    finally:
+        InputsPhase.reading = False
+
+
 def init_ray(cfg: RayConfig, address: str | None = None, verbose: bool = False) -> None:
-    """Join `address` (a cluster) or start a local Ray with explicit CPUs and object store."""
+    """Join `address` (a cluster) or start a local Ray with explicit CPUs and object store. This ends the
+    command's inputs phase (see `InputsPhase`), whether or not Ray was already up."""
+    InputsPhase.reading = False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray  # heavy, deferred: the driver's modules import without Ray
 

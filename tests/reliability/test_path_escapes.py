@@ -67,6 +67,13 @@ def test_a_step_dir_linked_outside_the_checkpoint_dir_is_refused(ckpts, tmp_path
     assert check_checkpoint(tmp_path / "elsewhere", EXPECTED) > 0  # named by its own path: the user's choice
 
 
+def test_a_step_dir_that_is_a_symlink_loop_is_listed_and_refused_naming_it(ckpts):
+    looping = ckpts / "global_step_7"
+    looping.symlink_to(looping)
+    assert [step for step, _ in find_checkpoints(ckpts)] == [1, 2, 4, 5, 7]  # not dropped without a word
+    assert str(looping) in refusal(looping, ckpts)
+
+
 def test_weights_linked_outside_the_checkpoint_dir_are_refused(tmp_path):
     root = tmp_path / "ckpts"
     step = checkpoint_copy(root / "global_step_1")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import pipelines.bench as bench_module
-import pipelines.cli as cli
+import pipelines.control.runtime as runtime
 import pipelines.explore as explore_module
 from pipelines.bench import main as bench_main
 from pipelines.cli import run_cli
@@ -86,9 +86,14 @@ def test_with_verbose_the_traceback_comes_with_the_located_line(tmp_path, capsys
 
 
 @pytest.fixture(autouse=True)
-def ray_never_started():
-    yield
-    assert not cli.ray_started(), "an input error must be answered before Ray starts"
+def ray_never_started(monkeypatch):
+    """Every refusal here comes before the run begins: `init_ray` is never reached."""
+
+    def too_late(*args, **kwargs):
+        raise AssertionError("an input error must be answered before Ray starts")
+
+    for module in ("pipelines.control.explorer", "pipelines.benchmark.session"):
+        monkeypatch.setattr(f"{module}.init_ray", too_late)
 
 
 def test_committed_steps_without_an_explorer_state_are_refused(tmp_path, capsys):
@@ -161,8 +166,11 @@ def test_with_verbose_a_converted_os_error_shows_where_it_was_raised(tmp_path, m
 
 
 def test_an_os_error_once_ray_is_up_is_the_run_s_failure(tmp_path, monkeypatch):
-    monkeypatch.setattr(explore_module, "build_config", denied(tmp_path / "c.yaml"))
-    monkeypatch.setattr(cli, "ray_started", lambda: True)  # as after init_ray: the run is under way
+    def begun_then_denied(args):
+        runtime.InputsPhase.reading = False  # what init_ray does: the run is under way
+        return denied(tmp_path / "c.yaml")(args)
+
+    monkeypatch.setattr(explore_module, "build_config", begun_then_denied)
     with pytest.raises(PermissionError):  # `python -m` prints its traceback and exits 1
         explore_main(["--run-dir", str(tmp_path / "r")])
 
@@ -179,3 +187,10 @@ def test_run_cli_refuses_bad_input_and_lets_the_run_s_own_failures_go_up(capsys)
     with pytest.raises(RuntimeError, match="engine died"):
         run_cli(crashed, verbose=False)
     assert run_cli(lambda: 1, verbose=False) == 1
+
+
+@pytest.mark.parametrize("flag", ["--taskset", "--run-dir", "--config", "--checkpoint-dir"])
+def test_an_empty_path_argument_is_a_usage_error_not_the_working_directory(flag, capsys):
+    with pytest.raises(SystemExit) as info:
+        bench_main(["--include-base", flag, ""])
+    assert info.value.code == 2 and "an empty path" in capsys.readouterr().err

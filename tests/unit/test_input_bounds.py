@@ -406,6 +406,17 @@ def test_tensor_parallel_size_must_divide_the_attention_heads(model):
     )
 
 
+def test_max_model_len_past_the_models_positions_is_refused_before_an_engine(model):
+    positions = json.loads((model / "config.json").read_text())["max_position_embeddings"]
+    cfg = load_config(
+        None, [f"model.model_path={model}", f"explorer.rollout_model.max_model_len={positions + 1}"]
+    )
+    with pytest.raises(InputError) as info:
+        check_inputs(cfg)
+    assert info.value.field == "explorer.rollout_model.max_model_len"
+    assert f"model's {positions} positions" in str(info.value)
+
+
 # --- YAML ---------------------------------------------------------------------------------------------------
 
 
@@ -433,6 +444,7 @@ def test_a_self_referring_alias_is_refused(tmp_path):
         write(tmp_path, "buffer:\n  explorer_input:\n    taskset:\n      workflow_args: &w {w: *w}\n")
     )
     assert "cycle" in str(err) and "line 4" in str(err) and str(tmp_path / "cfg.yaml") in str(err)
+    assert "<unicode string>" not in str(err)  # the YAML mark names the file too
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000, "[" * 70 + "]" * 70, "a: " + "{b: " * 80 + "1" + "}" * 80])
