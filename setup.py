@@ -15,6 +15,9 @@ COMMON = [
     "safetensors>=0.4",
     "matplotlib>=3.7",
     "sqlalchemy>=2",  # the SQL experience sink (MLflow needs it too)
+    "openai>=1.40",  # agent workflows' client (vLLM depends on it too)
+    "httpx>=0.27",  # under the openai client: the recording transport
+    "omegaconf>=2.3",  # Trinity-RFT configs' interpolation
 ]
 
 setup(

@@ -91,7 +91,7 @@ async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
         outs = await asyncio.gather(*(one(p, s) for p, s in zip(prompts, params, strict=True)))
         seconds = time.perf_counter() - started
     finally:
-        engine.shutdown()
+        await engine.shutdown()
     return sum(len(s["response_ids"]) for o in outs for s in o["samples"]), seconds
 
 

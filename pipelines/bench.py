@@ -96,6 +96,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--mlflow-uri", help="MLflow tracking URI (default: sqlite:///<absolute run dir>/mlflow.db)"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the config, tasksets, model and every checkpoint as a run would before an engine starts, "
+        "print the resolved config and what would be measured, and exit; starts and writes nothing",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="debug logging, and a traceback with each input error"
@@ -126,10 +132,13 @@ def main(argv: list[str] | None = None, engines: EngineFleet | None = None) -> i
 def run_command(args: argparse.Namespace, engines: EngineFleet | None) -> int:
     with logging_to_console(args.verbose):
         # --help and argument errors answer without Ray, MLflow and the engines' code
-        from pipelines.benchmark.session import benchmark  # heavy, deferred (see above)
+        from pipelines.benchmark.session import bench_dry_run, benchmark  # heavy, deferred (see above)
 
         cfg = load_config(args.config, args.overrides)
         run_dir = args.run_dir or Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+        if args.dry_run:
+            print(bench_dry_run(cfg, run_dir, selection_of(args), args.tasksets))
+            return 0
         report, tracking_uri = benchmark(
             cfg,
             run_dir,

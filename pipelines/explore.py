@@ -72,6 +72,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--trainer-lr", type=float, default=None, help="the reference trainer's learning rate (default 2e-4)"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check everything checked before an engine starts (config, tasksets, model, plugins, names; "
+        "the resume checks on an existing --run-dir), print the resolved config and exit; starts and writes "
+        "nothing",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
     parser.add_argument(
         "-v",
@@ -249,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        with logging_to_console(args.verbose):
+            from pipelines.control.dry_run import explore_dry_run  # heavy (Ray Data's sinks), deferred
+
+            print(explore_dry_run(build_config(args), args.run_dir))
+        return 0
     cfg = build_config(args)
     run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with logging_to_console(args.verbose):

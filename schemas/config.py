@@ -5,15 +5,20 @@ Unknown keys and wrong types are refused with the key's full dotted path.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from schemas.bounded_yaml import parse_yaml, read_config_file
+from schemas.config_base import MAX_INT32, MAX_SECONDS, GivenPath, Strict
+from schemas.engine_config import RolloutModelConfig
 from schemas.errors import InputError
+from schemas.trinity import is_trinity, translate
 
+logger = logging.getLogger(__name__)
 ASSETS = Path(__file__).resolve().parent.parent / "pipelines" / "assets"
 DEFAULT_MODEL = ASSETS / "tiny-arith-llama"
 DEFAULT_TRAIN = ASSETS / "tasksets" / "arith" / "train.jsonl"
@@ -21,28 +26,6 @@ DEFAULT_EVAL = ASSETS / "tasksets" / "arith" / "eval.jsonl"
 # SQL table names: plain identifiers, short enough for PostgreSQL's 63 characters with "_steps" and an index.
 SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SQL_NAME_MAX = 48
-# Upper bounds that no real run comes near, so a typo fails here and not in vLLM, a loop or a timer.
-MAX_TOKENS = 2**24  # 16M tokens: beyond any model's context
-MAX_SECONDS = 7 * 24 * 3600.0  # a week, for every timeout and interval (threading refuses huge timeouts)
-MAX_INT32 = 2**31 - 1
-
-
-class Strict(BaseModel):
-    # Numbers given for text fields (`--set name=2024`) are kept as text, as a user would expect.
-    # No float field takes nan or inf (`--set ...temperature=.nan`): every bound is meaningless for them.
-    model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, coerce_numbers_to_str=True, allow_inf_nan=False
-    )
-
-
-def given_path(value: Any) -> Any:
-    """An empty path (`--set key=`) would silently be the working directory; a NUL character no OS takes."""
-    if isinstance(value, str) and (not value.strip() or "\0" in value):
-        raise ValueError("an empty path, or one with a NUL character: give a real path, or leave the key out")
-    return value
-
-
-GivenPath = Annotated[Path, BeforeValidator(given_path)]
 
 
 class RolloutArgs(Strict):
@@ -196,58 +179,6 @@ class ModelConfig(Strict):
         description="a Hugging Face model directory (safetensors, tokenizer, chat template)",
         json_schema_extra={"doc_default": "bundled `tiny-arith-llama`"},
     )
-
-
-class RolloutModelConfig(Strict):
-    # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
-    free_on_resume: ClassVar[frozenset[str]] = frozenset(
-        {
-            "engine_num",
-            "tensor_parallel_size",
-            "device",
-            "gpu_memory_utilization",
-            "cpu_kvcache_space_gib",
-            "engine_cpus",
-        }
-    )
-
-    engine_num: int = Field(1, ge=1, le=1024, description="engine actors")
-    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per engine")
-    device: Literal["auto", "cpu", "gpu"] = Field(
-        "auto", description="`auto` (GPU if the Ray cluster has one), `cpu` or `gpu`"
-    )
-    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
-        "auto", description="vLLM dtype: `auto`, `half`, `float16`, `bfloat16`, `float` or `float32`"
-    )
-    gpu_memory_utilization: float = Field(
-        0.9, gt=0.0, le=1.0, description="GPU only: share of GPU memory for vLLM"
-    )
-    cpu_kvcache_space_gib: int = Field(
-        1, ge=1, le=4096, description="CPU only: KV cache size in GiB (`VLLM_CPU_KVCACHE_SPACE`)"
-    )
-    max_model_len: int = Field(256, ge=16, le=MAX_TOKENS, description="prompt plus response tokens")
-    enforce_eager: bool = Field(True, description="no CUDA graphs or torch.compile (required on CPU)")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="engine seed (0 to 2^32-1, as NumPy takes)")
-    engine_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="Ray CPUs reserved per engine actor")
-    max_prompt_tokens: int | None = Field(
-        None, ge=1, description="longest prompt in tokens (null: what `max_model_len` leaves room for)"
-    )
-    prompt_overflow: Literal["refuse", "truncate"] = Field(
-        "refuse",
-        description="a longer prompt: `refuse` (the task fails at once, unretried, with the token count in "
-        "its message) or `truncate` (keep its last `max_prompt_tokens` tokens, where a chat template puts "
-        "the question's end and the generation prompt)",
-    )
-
-    @model_validator(mode="after")
-    def _room_for_a_response(self) -> RolloutModelConfig:
-        # Otherwise a prompt within the limit still fails in vLLM, and is retried as if it might pass.
-        if self.max_prompt_tokens is not None and self.max_prompt_tokens >= self.max_model_len:
-            raise ValueError(
-                f"max_prompt_tokens ({self.max_prompt_tokens}) must be below max_model_len "
-                f"({self.max_model_len}), which also holds the response"
-            )
-        return self
 
 
 class ExplorerConfig(Strict):
@@ -470,8 +401,13 @@ def validate_tree(tree: dict[str, Any], source: str) -> Config:
 
 
 def load_config(path: Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read YAML (optional), apply `--set` overrides, validate; errors name the file and the key path."""
+    """Read YAML (optional; a Trinity-RFT config is translated, see `schemas.trinity`), apply `--set`
+    overrides, validate; errors name the file and the key path."""
     tree = read_config_file(Path(path)) if path is not None else {}
+    if is_trinity(tree):
+        tree, notices = translate(tree, str(path))
+        for notice in notices:
+            logger.info("Trinity-RFT config %s: %s", path, notice)
     for text in overrides or []:
         key, value = parse_override(text)
         _set_path(tree, key, value)

@@ -1,4 +1,11 @@
-"""The Experience row: what the trainer reads. One per (task, run)."""
+"""The Experience row: what the trainer reads. One per (task, run, segment).
+
+A single-turn run is one experience, segment 0. A multi-turn run is one experience per stretch of calls whose
+prompts extend each other exactly (segment 0, 1, ... at each split), or one per call (`per_call`). Its
+`response_ids` then hold the sampled tokens (`action_mask` true) and the tokens inserted between calls (tool
+output, observations, template tokens: mask false, logprob 0, `token_versions` -1), and `inserted_spans`
+lists the `[start, end)` of each inserted stretch.
+"""
 
 from __future__ import annotations
 
@@ -31,16 +38,50 @@ EXPERIENCE_SCHEMA = pa.schema(
         ("is_eval", pa.bool_()),
         ("metrics", pa.string()),
         ("info", pa.string()),
+        ("segment", pa.int32()),
+        ("turns", pa.int32()),
+        ("token_versions", pa.list_(pa.int64())),
+        ("inserted_spans", pa.list_(pa.list_(pa.int32()))),
     ]
 )
+KEY = ("task_uid", "run_id", "segment")  # what a sink holds exactly once
+NOT_SAMPLED = -1  # the token version of a token the engine did not sample (inserted between calls)
+# Columns added after run dirs were first written (multi-turn); an older row means one segment, one turn,
+# every token sampled at its model_version, nothing inserted.
+ADDED_COLUMNS = ("segment", "turns", "token_versions", "inserted_spans")
+
+
+def single_turn_values(table: pa.Table, name: str) -> list[Any]:
+    """What column `name` holds for rows written before it existed."""
+    if name == "token_versions":
+        versions, responses = table.column("model_version"), table.column("response_ids")
+        return [[v] * len(r or ()) for v, r in zip(versions.to_pylist(), responses.to_pylist(), strict=True)]
+    return [{"segment": 0, "turns": 1, "inserted_spans": []}[name]] * table.num_rows
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """An experience table as `EXPERIENCE_SCHEMA` has it now: a column an older run dir lacks is filled with
+    what it meant then (`single_turn_values`)."""
+    for name in ADDED_COLUMNS:
+        if name not in table.column_names:
+            field = EXPERIENCE_SCHEMA.field(name)
+            table = table.append_column(field, pa.array(single_turn_values(table, name), type=field.type))
+    return table.select(EXPERIENCE_SCHEMA.names).cast(EXPERIENCE_SCHEMA)
+
+
+def is_single_turn(table: pa.Table) -> bool:
+    """Whether every row is what an older table (without `ADDED_COLUMNS`) can hold as it is."""
+    return all(table.column(n).to_pylist() == single_turn_values(table, n) for n in ADDED_COLUMNS)
 
 
 class MalformedExperience(ValueError):
     """An experience a trainer must never see (e.g. logprobs that do not line up with the response)."""
 
 
-def make_uid(task_uid: str, run_id: int) -> str:
-    return f"{task_uid}/{run_id}"
+def make_uid(task_uid: str, run_id: int, segment: int = 0) -> str:
+    """`task_uid/run_id`, and `/s<segment>` after it for the segments after the first (so an unsplit run
+    keeps the uid it had before segments existed)."""
+    return f"{task_uid}/{run_id}" + (f"/s{segment}" if segment else "")
 
 
 @dataclass
@@ -64,10 +105,14 @@ class Experience:
     advantage: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    segment: int = 0
+    turns: int = 1
+    token_versions: list[int] | None = None  # None: every response token sampled at `model_version`
+    inserted_spans: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def uid(self) -> str:
-        return make_uid(self.task_uid, self.run_id)
+        return make_uid(self.task_uid, self.run_id, self.segment)
 
     def validate(self) -> None:
         """Refuse shapes a trainer would silently mis-train on."""
@@ -81,6 +126,10 @@ class Experience:
             raise MalformedExperience(f"{self.uid}: action_mask length differs from response_ids")
         if not math.isfinite(self.reward):
             raise MalformedExperience(f"{self.uid}: reward is {self.reward}")
+        if self.token_versions is not None and len(self.token_versions) != len(self.response_ids):
+            raise MalformedExperience(f"{self.uid}: token_versions length differs from response_ids")
+        if any(not 0 <= a < b <= len(self.response_ids) for a, b in self.inserted_spans):
+            raise MalformedExperience(f"{self.uid}: an inserted span outside response_ids")
 
     def to_row(self) -> dict[str, Any]:
         row = {name: getattr(self, name) for name in EXPERIENCE_SCHEMA.names}
@@ -89,6 +138,9 @@ class Experience:
         row["reward_parts"] = list(self.reward_parts.items())
         row["metrics"] = json.dumps(self.metrics, sort_keys=True)
         row["info"] = json.dumps(self.info, sort_keys=True)
+        if row["token_versions"] is None:
+            row["token_versions"] = [self.model_version] * len(self.response_ids)
+        row["inserted_spans"] = [list(span) for span in self.inserted_spans]
         return row
 
 

@@ -41,14 +41,23 @@ def loop():
 
 @pytest.fixture(scope="session")
 def engine(loop):
-    """One in-process vLLM CPU engine (no Ray), for tests of the workflow and the engine themselves."""
+    """One in-process vLLM CPU engine (no Ray), for tests of the workflow and the engine themselves. It
+    serves its OpenAI API on every interface, so with an API key (the case the key exists for)."""
+    from integration_settings import ENGINE_API_KEY
+
     from operators.engine.actor import VLLMEngine
-    from schemas.config import DEFAULT_MODEL, RolloutModelConfig
+    from schemas.config import DEFAULT_MODEL
+    from schemas.engine_config import RolloutModelConfig
 
     # AsyncLLM binds its output handler to the loop it first runs on, so build and use it on one loop.
     async def start() -> VLLMEngine:
-        return VLLMEngine(str(DEFAULT_MODEL), RolloutModelConfig(device="cpu").model_dump(mode="json"))
+        rollout = RolloutModelConfig(
+            device="cpu", enable_openai_api=True, host="0.0.0.0", api_key=ENGINE_API_KEY
+        )
+        engine = VLLMEngine(str(DEFAULT_MODEL), rollout.model_dump(mode="json"))
+        await engine.ready()
+        return engine
 
     engine = loop.run_until_complete(start())
     yield engine
-    engine.shutdown()
+    loop.run_until_complete(engine.shutdown())

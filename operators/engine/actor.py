@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from operators.engine.openai_server import OpenAIServer, request_text, requested_max_tokens, start_server
 from operators.engine.proc_stats import process_tree_memory
 from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
 from operators.engine.transfer import from_wire, stage_state_dict
-from schemas.config import RolloutModelConfig
+from schemas.engine_config import RolloutModelConfig
 from schemas.errors import TaskInputError
 
 
@@ -76,8 +77,12 @@ class VLLMEngine:
         from vllm import AsyncEngineArgs  # heavy, deferred: only the engine process imports vLLM
         from vllm.v1.engine.async_llm import AsyncLLM  # heavy, deferred: as above
 
+        chunked = rollout.enable_chunked_prefill if rollout.enable_chunked_prefill is not None else gpu
         args = AsyncEngineArgs(
             model=str(model_path),
+            enable_chunked_prefill=chunked,
+            # unchunked, a step must hold a whole prompt
+            max_num_batched_tokens=None if chunked else max(2048, rollout.max_model_len),
             tensor_parallel_size=rollout.tensor_parallel_size,
             dtype=rollout.dtype,
             max_model_len=rollout.max_model_len,
@@ -100,9 +105,53 @@ class VLLMEngine:
             self.open.set()
         self.in_flight = 0
         self.drained = asyncio.Condition()
+        self.rollout = rollout
+        self.server: OpenAIServer | None = None
 
-    def ready(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "model_version": self.model_version, "pid": os.getpid()}
+    async def ready(self) -> dict[str, Any]:
+        """The engine's identity, once its model is loaded and (when enabled) its OpenAI API is up."""
+        if self.rollout.enable_openai_api and self.server is None:
+            self.server = await start_server(self.llm, self.rollout, self.model_path, self.rollout.port, self)
+        return {
+            "model_path": self.model_path,
+            "model_version": self.model_version,
+            "pid": os.getpid(),
+            "openai_url": self.openai_url(),
+        }
+
+    def openai_url(self) -> str | None:
+        """The base URL of this engine's OpenAI API (`http://host:port/v1`), None when it serves none."""
+        return None if self.server is None else self.server.url
+
+    def openai_endpoint(self) -> tuple[str, str, str | None] | None:
+        """`(base URL, served model name, api key)` of this engine's OpenAI API, None when it serves none."""
+        if self.server is None:
+            return None
+        return self.server.url, self.server.served_model, self.rollout.api_key
+
+    # -- admission: every request, direct or over HTTP ---------------------------------------------------
+
+    async def admit(self) -> int:
+        """Wait while a weight swap holds new requests back, count this one in flight, and return the model
+        version at dispatch (the version its tokens are sampled with: a swap waits for requests in flight)."""
+        await self.open.wait()
+        self.in_flight += 1
+        return self.model_version
+
+    async def release(self) -> None:
+        async with self.drained:
+            self.in_flight -= 1
+            self.drained.notify_all()
+
+    def check_request(self, body: dict[str, Any]) -> None:
+        """The prompt rules for an OpenAI API request: refused by its text's length alone, untokenized."""
+        if self.prompt_overflow == "refuse":
+            limit = self.prompt_limit({"max_tokens": requested_max_tokens(body) or 1})
+            refuse_by_length(request_text(body), limit, self.token_bytes, self.limit_name)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of token ids as the tokenizer writes them, special tokens included (nothing dropped)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     async def health(self) -> dict[str, Any]:
         """Raises when the vLLM core has died (the actor may live on); the supervisor then replaces it."""
@@ -150,12 +199,65 @@ class VLLMEngine:
     async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return await self.generate(self.render_chat(messages, self.prompt_limit(sampling)), sampling)
 
-    async def generate(self, prompt: str | list[int], sampling: dict[str, Any]) -> dict[str, Any]:
-        """Sample `sampling['n']` responses; logprobs are those of the sampled tokens."""
+    async def chat_turn(
+        self,
+        messages: list[dict[str, Any]],
+        sampling: dict[str, Any],
+        history: list[int],
+        budget: int | None = None,
+    ) -> dict[str, Any]:
+        """The next turn of a conversation whose ids so far are `history` (the last prompt and response).
+
+        Only what the chat template adds after the last assistant message's content (the close of that
+        turn, the new messages, the generation prompt) is tokenized and appended to `history`, so every id
+        sampled earlier stays exactly as sampled, whatever its text re-tokenizes to. When the template does
+        not render `messages` as the earlier turns, that content, then more (it re-renders the history),
+        the prompt is `messages` rendered afresh, and the caller sees that it does not extend `history`.
+        `max_tokens` is cut to the room left in `max_model_len` (and in `budget`, the most tokens the whole
+        conversation may hold); with no room the result has no samples.
+        """
+        context = self.max_model_len - 1
+        delta = self.continuation(messages, history)
+        if delta is not None:
+            prompt = [*history, *self.encode(delta, add_special_tokens=False, limit=context)]
+        else:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            prompt = self.encode(text, add_special_tokens=False, limit=context)
+        room = min(self.max_model_len, budget or self.max_model_len) - len(prompt)
+        if room < 1:
+            return asdict(Generation(prompt, "", self.model_version, []))
+        sampling = {**sampling, "max_tokens": min(int(sampling.get("max_tokens") or 16), room)}
+        return await self.generate(prompt, sampling, limit=context)
+
+    def continuation(self, messages: list[dict[str, Any]], history: list[int]) -> str | None:
+        """The text after the last assistant message's content in the template's rendering of `messages`,
+        or None when that rendering does not begin with the earlier turns' prompt and that content."""
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+        content = None if last is None else messages[last].get("content")
+        if not isinstance(content, str):
+            return None
+        render = self.tokenizer.apply_chat_template
+        head = render(messages[:last], add_generation_prompt=True, tokenize=False) + content
+        text = render(messages, add_generation_prompt=True, tokenize=False)
+        if not text.startswith(head):
+            return None
+        delta = text[len(head) :]
+        # A stop token the engine sampled (and kept in the ids) already closes the turn the template closes.
+        if history and history[-1] in set(getattr(self.tokenizer, "all_special_ids", ())):
+            closing = self.decode(history[-1:])
+            if delta.startswith(closing):
+                delta = delta[len(closing) :]
+        return delta
+
+    async def generate(
+        self, prompt: str | list[int], sampling: dict[str, Any], limit: int | None = None
+    ) -> dict[str, Any]:
+        """Sample `sampling['n']` responses; logprobs are those of the sampled tokens. `limit`: the longest
+        prompt, in place of `prompt_limit` (a later turn's prompt holds the conversation so far)."""
         from vllm import SamplingParams  # heavy, deferred: only the engine process imports vLLM
         from vllm.sampling_params import RequestOutputKind  # heavy, deferred: as above
 
-        limit = self.prompt_limit(sampling)
+        limit = limit or self.prompt_limit(sampling)
         prompt_ids = self.fit_prompt(
             self.encode(prompt, add_special_tokens=True, limit=limit)
             if isinstance(prompt, str)
@@ -164,9 +266,7 @@ class VLLMEngine:
         )
         params = SamplingParams(**sampling, output_kind=RequestOutputKind.FINAL_ONLY)
         params.logprobs = sampling.get("logprobs") or 0
-        await self.open.wait()  # a weight swap in progress holds new requests back
-        version = self.model_version  # stamped at dispatch
-        self.in_flight += 1
+        version = await self.admit()
         try:
             final = None
             async for output in self.llm.generate(
@@ -178,9 +278,7 @@ class VLLMEngine:
                 raise EngineGone(f"vLLM engine core died: {exc}") from None
             raise
         finally:
-            async with self.drained:
-                self.in_flight -= 1
-                self.drained.notify_all()
+            await self.release()
         samples = []
         for choice in final.outputs:
             ids = list(choice.token_ids)
@@ -258,5 +356,7 @@ class VLLMEngine:
         """The tensor the engine holds under vLLM's parameter name, in the engine's dtype."""
         return from_wire((await self.llm.collective_rpc("rftflow_get", args=(name,)))[0])[1]
 
-    def shutdown(self) -> None:
+    async def shutdown(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
         self.llm.shutdown()

@@ -45,6 +45,9 @@ SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokeni
 SIDE_SUFFIXES = (".jinja", ".model", ".txt")
 
 HASH_CHUNK = 1 << 20  # bytes read at a time when hashing weights
+# A Trinity-RFT trainer's checkpoint layout: the HF copy of step N, and the files naming the newest step.
+TRINITY_MODEL_DIR = Path("actor") / "huggingface"
+TRINITY_LATEST_FILES = ("latest_state_dict_iteration.txt", "latest_checkpointed_iteration.txt")
 
 
 class CheckpointError(ValueError):
@@ -58,13 +61,42 @@ def step_of(path: Path) -> int | None:
 def find_checkpoints(root: Path) -> list[tuple[int, Path]]:
     """`(N, path)` for every `global_step_N/` under `root`, by ascending N (so 2 comes before 10).
 
+    A Trinity-RFT trainer's layout reads too: the model folder of `global_step_N/actor/huggingface/`, and
+    no step above the one its `latest_*_iteration.txt` names (a higher one is still being written).
     A `global_step_N` link that resolves to no folder (broken, or a loop) is kept: reading it then fails with
     that checkpoint's own message, rather than the step vanishing without a word."""
     root = Path(root)
     if not root.is_dir():
         return []
     found = [(step_of(p), p) for p in root.iterdir() if p.is_dir() or p.is_symlink()]
-    return sorted((step, p) for step, p in found if step is not None)
+    newest = latest_marked(root)
+    return sorted(
+        (step, model_dir(p)) for step, p in found if step is not None and (newest is None or step <= newest)
+    )
+
+
+def model_dir(step_dir: Path) -> Path:
+    """The Hugging Face model folder of a step: the step folder itself, or Trinity-RFT's
+    `actor/huggingface/` inside it when only that holds a config.json."""
+    trinity = Path(step_dir) / TRINITY_MODEL_DIR
+    try:
+        if not (Path(step_dir) / "config.json").exists() and (trinity / "config.json").is_file():
+            return trinity
+    except OSError:  # a loop or a vanished folder: its check names it
+        pass
+    return Path(step_dir)
+
+
+def latest_marked(root: Path) -> int | None:
+    """The newest complete step a Trinity-RFT trainer recorded, or None without such a record."""
+    for name in TRINITY_LATEST_FILES:
+        try:
+            text = (Path(root) / name).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeError):
+            continue
+        if text.isdigit():
+            return int(text)
+    return None
 
 
 def read_header(path: Path) -> tuple[TensorMetaMap, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import time
 from typing import Any
 
@@ -51,9 +52,10 @@ class EngineClient:
         """A client of the engine actor called `name`, looked up at its first call."""
         return cls(None, name=name, restart_timeout=restart_timeout)
 
-    async def _call(self, method: str, *args: Any) -> dict[str, Any]:
+    async def _call(self, method: str, *args: Any) -> Any:
         if not self.remote:
-            return await getattr(self.engine, method)(*args)
+            result = getattr(self.engine, method)(*args)
+            return await result if inspect.isawaitable(result) else result
         patience = Patience(self.name, self.restart_timeout)
         self.engine = self.engine or await asyncio.to_thread(lookup_engine, self.name)
         while True:
@@ -80,6 +82,29 @@ class EngineClient:
 
     async def generate(self, prompt: str | list[int], sampling: dict[str, Any]) -> Generation:
         return to_generation(await self._call("generate", prompt, sampling))
+
+    async def chat_turn(
+        self,
+        messages: list[dict[str, Any]],
+        sampling: dict[str, Any],
+        history: list[int],
+        budget: int | None = None,
+    ) -> Generation:
+        """The next turn of a conversation held as ids (see `VLLMEngine.chat_turn`)."""
+        return to_generation(await self._call("chat_turn", messages, sampling, history, budget))
+
+    async def decode(self, ids: list[int]) -> str:
+        return await self._call("decode", ids)
+
+    async def openai_endpoint(self) -> tuple[str, str, str | None]:
+        """`(base URL, served model name, api key)` of this engine's OpenAI API; RuntimeError when it serves
+        none."""
+        endpoint = await self._call("openai_endpoint")
+        if endpoint is None:
+            raise RuntimeError(
+                f"{self.name} serves no OpenAI API: set explorer.rollout_model.enable_openai_api=true"
+            )
+        return tuple(endpoint)
 
 
 def to_generation(raw: dict[str, Any]) -> Generation:

@@ -96,17 +96,26 @@ def mean_metrics(experiences: list[Experience]) -> dict[str, float]:
 
 
 def check_experiences(experiences: list[Experience], sub: SubRun) -> None:
-    """Refuse what would corrupt the sink: malformed rows, another task's rows, missing or extra run ids."""
+    """Refuse what would corrupt the sink: malformed rows, another task's rows, missing or extra run ids,
+    and segments of a run that are not 0, 1, ... once each."""
+    segments: dict[int, list[int]] = defaultdict(list)
     for experience in experiences:
         experience.validate()
         if experience.task_uid != sub.task.task_uid:
             raise MalformedExperience(f"{experience.uid}: produced for task {sub.task.task_uid}")
+        segments[experience.run_id].append(experience.segment)
     expected = list(range(sub.run_id_base, sub.run_id_base + sub.repeat_times))
-    got = sorted(e.run_id for e in experiences)
+    got = sorted(segments)
     if got != expected:
         raise MalformedExperience(
             f"{sub.task.task_uid}: run ids {got} where {expected[0]}..{expected[-1]} were asked for"
         )
+    for run_id, found in segments.items():
+        if sorted(found) != list(range(len(found))):
+            raise MalformedExperience(
+                f"{sub.task.task_uid}/{run_id}: segments {sorted(found)}, where 0..{len(found) - 1} "
+                "once each were expected"
+            )
 
 
 class WorkflowPool:

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from schemas.atomic import atomic_open, atomic_replace
-from schemas.experience import EXPERIENCE_SCHEMA
+from schemas.experience import EXPERIENCE_SCHEMA, conform
 from schemas.run_dir import PENDING, STEP_GLOB, STEP_PREFIX, step_dir_name
 from schemas.status import RESULT_SCHEMA, flatten_experiences
 
@@ -98,7 +98,7 @@ def read_fragments(paths: list[Path]) -> pa.Table:
     """Fragments in the order given, as one table (empty, with the experience schema, for none)."""
     if not paths:
         return EXPERIENCE_SCHEMA.empty_table()
-    return pa.concat_tables(pq.read_table(p) for p in paths)
+    return pa.concat_tables(conform(pq.read_table(p)) for p in paths)
 
 
 class ParquetSink:

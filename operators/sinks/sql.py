@@ -1,9 +1,9 @@
 """SQL experience sink (SQLAlchemy Core): SQLite by default, PostgreSQL through `postgresql+psycopg://`.
 
-Two tables per run: `<name>` holds one row per experience, keyed `(task_uid, run_id)`, and `<name>_steps`
-is the commit log, one row per committed step. A step commits in ONE transaction that inserts its
-experiences and its log row, so a reader sees all of a step or none of it, and the keys make a second
-copy of an experience impossible. The log is the truth: a crash after the transaction but before the
+Two tables per run: `<name>` holds one row per experience, keyed `(task_uid, run_id, segment)`, and
+`<name>_steps` is the commit log, one row per committed step. A step commits in ONE transaction that
+inserts its experiences and its log row, so a reader sees all of a step or none of it, and the keys make
+a second copy of an experience impossible. The log is the truth: a crash after the transaction but before the
 pending fragments are removed leaves a committed step and some harmless files.
 """
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from operators.sinks.parquet import filter_stale, pending_fragments, read_fragments
 from schemas.errors import InputError
-from schemas.experience import EXPERIENCE_SCHEMA
+from schemas.experience import ADDED_COLUMNS, EXPERIENCE_SCHEMA, KEY, conform, is_single_turn
 from schemas.run_dir import PENDING
 
 FIELD = "buffer.trainer_input.experience_buffer"
@@ -86,7 +86,7 @@ class SqlSink:
         self.name = name
         self.metadata = sa.MetaData()
         columns = [
-            sa.Column(f.name, sql_type(f.type), nullable=f.name not in ("task_uid", "run_id", "step"))
+            sa.Column(f.name, sql_type(f.type), nullable=f.name not in (*KEY, "step"))
             for f in EXPERIENCE_SCHEMA
         ]
         self.experiences = sa.Table(
@@ -94,7 +94,7 @@ class SqlSink:
             self.metadata,
             *columns,
             sa.Column(POSITION, sa.Integer(), nullable=False),
-            sa.PrimaryKeyConstraint("task_uid", "run_id", name=f"pk_{name}"),
+            sa.PrimaryKeyConstraint(*KEY, name=f"pk_{name}"),
             sa.Index(f"ix_{name}_step", "step"),
         )
         self.steps = sa.Table(
@@ -106,6 +106,7 @@ class SqlSink:
         )
         self.engine = self._create_engine()
         self.checked = False  # the tables exist and are rftflow's
+        self.missing: set[str] = set()  # ADDED_COLUMNS an older table lacks (read as their old meaning)
 
     def close(self) -> None:
         """Close the pooled connections (a SQLite file would stay open otherwise); a later call reconnects."""
@@ -137,11 +138,11 @@ class SqlSink:
         try:
             with self._connection(begin=True) as conn:
                 self._check(conn, create=True)
-                self._insert(conn, step, encode_rows(table))
+                self._insert(conn, step, encode_rows(table, self.missing))
         except sa.exc.IntegrityError as exc:
             raise RuntimeError(
                 f"step {step} not committed: {self.describe()} already holds the step or one of its "
-                f"(task_uid, run_id) keys ({first_line(exc)}); another run writing the same table?"
+                f"({', '.join(KEY)}) keys ({first_line(exc)}); another run writing the same table?"
             ) from None
         self._remove_pending(pending)
         return dropped
@@ -150,13 +151,14 @@ class SqlSink:
         with self._connection() as conn:
             if not self._check(conn, create=False):
                 return EXPERIENCE_SCHEMA.empty_table()
+            names = [n for n in EXPERIENCE_SCHEMA.names if n not in self.missing]
             query = (
-                sa.select(*(self.experiences.c[n] for n in EXPERIENCE_SCHEMA.names))
+                sa.select(*(self.experiences.c[n] for n in names))
                 .where(self.experiences.c.step == step)
                 .order_by(self.experiences.c[POSITION])
             )
             rows = conn.execute(query).all()
-        return decode_rows(rows)
+        return decode_rows(rows, names)
 
     def discard_pending(self) -> None:
         shutil.rmtree(self.root / PENDING, ignore_errors=True)
@@ -213,6 +215,9 @@ class SqlSink:
         for table in present:
             expected = set(table.c.keys())
             found = {c["name"] for c in inspector.get_columns(table.name)}
+            if table is self.experiences and (expected - found) <= set(ADDED_COLUMNS):
+                self.missing = expected - found  # a table written before these columns existed
+                found |= self.missing
             if found != expected:
                 raise InputError(
                     f"table {table.name} in {self.masked_url} is not an rftflow experience table (columns "
@@ -226,9 +231,15 @@ class SqlSink:
         return True
 
 
-def encode_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """Experience rows as SQL parameters: lists and maps as JSON text, each with its place in the step."""
-    rows = table.select(EXPERIENCE_SCHEMA.names).to_pylist()
+def encode_rows(table: pa.Table, missing: set[str]) -> list[dict[str, Any]]:
+    """Experience rows as SQL parameters: lists and maps as JSON text, each with its place in the step.
+    `missing`: columns an older table lacks, left out (a row there must hold what they meant then)."""
+    if missing and not is_single_turn(table):
+        raise RuntimeError(
+            f"the SQL table predates columns {sorted(missing)}, which these multi-turn experiences need: "
+            "write this run to a new table name"
+        )
+    rows = table.select([n for n in EXPERIENCE_SCHEMA.names if n not in missing]).to_pylist()
     for position, row in enumerate(rows):
         for name in JSON_COLUMNS:
             if row[name] is not None:
@@ -237,15 +248,16 @@ def encode_rows(table: pa.Table) -> list[dict[str, Any]]:
     return rows
 
 
-def decode_rows(rows: list[sa.Row]) -> pa.Table:
-    """The inverse of `encode_rows`: exactly the table that was committed."""
-    columns = list(zip(*rows, strict=True)) or [()] * len(EXPERIENCE_SCHEMA)
+def decode_rows(rows: list[sa.Row], names: list[str]) -> pa.Table:
+    """The inverse of `encode_rows` (of the columns `names`): exactly the table that was committed."""
+    columns = list(zip(*rows, strict=True)) or [()] * len(names)
     data = {}
-    for name, column in zip(EXPERIENCE_SCHEMA.names, columns, strict=True):
+    for name, column in zip(names, columns, strict=True):
         values = list(column)
         if name in JSON_COLUMNS:
             values = [None if v is None else json.loads(v) for v in values]
         if name in MAP_COLUMNS:
             values = [None if v is None else [tuple(pair) for pair in v] for v in values]
         data[name] = values
-    return pa.Table.from_pydict(data, schema=EXPERIENCE_SCHEMA)
+    schema = pa.schema([EXPERIENCE_SCHEMA.field(n) for n in names])
+    return conform(pa.Table.from_pydict(data, schema=schema))

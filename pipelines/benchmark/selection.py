@@ -15,10 +15,12 @@ from pathlib import Path
 
 from operators.engine.checkpoints import (
     STEP_DIR,
+    TRINITY_MODEL_DIR,
     CheckpointError,
     TensorMetaMap,
     check_checkpoint,
     find_checkpoints,
+    model_dir,
 )
 from pipelines.control.sync_policy import read_trainer_status
 from schemas.run_dir import trainer_status_path
@@ -38,7 +40,10 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return "base" if self.is_base else self.path.name
+        if self.is_base:
+            return "base"
+        trinity = self.path.parts[-2:] == TRINITY_MODEL_DIR.parts  # name it by its global_step_N
+        return self.path.parent.parent.name if trinity else self.path.name
 
 
 def resolved(path: Path) -> str:
@@ -70,7 +75,7 @@ def select_candidates(
     """
     found: list[Candidate] = []
     for position, path in enumerate(checkpoints, start=1):
-        found.append(Candidate(Path(path), checkpoint_step(Path(path), position)))
+        found.append(Candidate(model_dir(Path(path)), checkpoint_step(Path(path), position)))
     if checkpoint_dir is not None:
         found.extend(
             Candidate(path, step, root=Path(checkpoint_dir))

@@ -11,11 +11,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from operators.engine.checkpoints import CheckpointError
 from operators.tasks.reader import TasksetPlan
 from pipelines.benchmark.loop import Bench, BenchReport, run_benchmark
-from pipelines.benchmark.selection import Selection
+from pipelines.benchmark.selection import Selection, check_candidate, select_candidates
 from pipelines.benchmark.state import BenchState
 from pipelines.control.checks import check_inputs, check_run_dir
+from pipelines.control.dry_run import marked_config
 from pipelines.control.fleet import EngineFleet, Restore
 from pipelines.control.runtime import init_ray
 from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
@@ -78,6 +80,45 @@ def starter(fleet: EngineFleet, cfg: Config) -> Any:
     return start
 
 
+def check_bench_inputs(
+    cfg: Config, run_dir: Path, selection: Selection, taskset_paths: list[Path] | None
+) -> tuple[dict[str, TasksetPlan], Any]:
+    """Everything checked before an engine starts (the eval plans and the model's tensors), or InputError."""
+    check_run_dir(Path(run_dir))
+    plans, expected = prepare_inputs(cfg, list(taskset_paths or []))
+    if (
+        selection.checkpoint_dir is not None
+        and not Path(selection.checkpoint_dir).is_dir()
+        and not selection.watch
+    ):
+        raise InputError(
+            "checkpoint directory not found", file=str(selection.checkpoint_dir), field="--checkpoint-dir"
+        )
+    if not (selection.checkpoints or selection.checkpoint_dir or selection.include_base):
+        raise InputError("nothing to benchmark: give --checkpoints, --checkpoint-dir or --include-base")
+    return plans, expected
+
+
+def bench_dry_run(cfg: Config, run_dir: Path, selection: Selection, taskset_paths: list[Path] | None) -> str:
+    """`--dry-run`: the bench's checks before an engine starts, and each checkpoint's own check, as a report;
+    InputError on bad input. Nothing is started or written."""
+    plans, expected = check_bench_inputs(cfg, run_dir, selection, taskset_paths)
+    base = Path(cfg.model.model_path) if selection.include_base else None
+    lines = [marked_config(cfg), "", f"dry run: eval tasksets {', '.join(plans)}; checkpoints:"]
+    for candidate in select_candidates(
+        selection.checkpoints, selection.checkpoint_dir, base, selection.latest_only
+    ):
+        try:
+            if not candidate.is_base:
+                check_candidate(candidate, expected, Path(cfg.model.model_path))
+            verdict = "would be measured"
+        except CheckpointError as exc:
+            verdict = f"would fail: {exc}"
+        lines.append(f"  {candidate.label}: {verdict}")
+    lines.append("nothing was started or written.")
+    return "\n".join(lines)
+
+
 def benchmark(
     cfg: Config,
     run_dir: Path,
@@ -96,19 +137,8 @@ def benchmark(
     model's weights (version 0) afterwards and left running. Otherwise engines start when a checkpoint
     first needs them (a rerun with nothing new starts none) and stop at the end.
     """
-    check_run_dir(Path(run_dir))
+    plans, expected = check_bench_inputs(cfg, run_dir, selection, taskset_paths)
     run_dir = Path(run_dir).resolve()
-    plans, expected = prepare_inputs(cfg, list(taskset_paths or []))
-    if (
-        selection.checkpoint_dir is not None
-        and not Path(selection.checkpoint_dir).is_dir()
-        and not selection.watch
-    ):
-        raise InputError(
-            "checkpoint directory not found", file=str(selection.checkpoint_dir), field="--checkpoint-dir"
-        )
-    if not (selection.checkpoints or selection.checkpoint_dir or selection.include_base):
-        raise InputError("nothing to benchmark: give --checkpoints, --checkpoint-dir or --include-base")
     run_dir.mkdir(parents=True, exist_ok=True)
     state = BenchState.load(run_dir)
     tracking_uri = mlflow_uri or cfg.monitor.mlflow_uri or default_tracking_uri(run_dir)

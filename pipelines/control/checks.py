@@ -19,6 +19,7 @@ from operators.engine.checkpoints import CheckpointError, TensorMetaMap, tensor_
 from operators.rollout.plugins import load_plugins
 from operators.rollout.rewards import get_reward_fn
 from operators.tasks.reader import TasksetPlan, json_type, plan_taskset
+from operators.workflows.agent import AgentWorkflow
 from operators.workflows.registry import load_builtins, workflow_class
 from schemas.config import Config, validate_tree
 from schemas.errors import InputError, read_text
@@ -219,7 +220,7 @@ def base_tensor_meta(model_path: Path) -> TensorMetaMap:
 
 
 def check_workflows(cfg: Config) -> None:
-    """Load plugins and check every workflow and reward name."""
+    """Load plugins and check every workflow and reward name, and that an agent workflow has its endpoint."""
     load_builtins()
     for plugin_dir in cfg.plugin_dirs:
         load_plugins(plugin_dir)
@@ -230,7 +231,17 @@ def check_workflows(cfg: Config) -> None:
         own = taskset.default_workflow_type is not None or not is_eval
         key = f"{prefix}.{where}.default_workflow_type" if own else f"{prefix}.default_eval_workflow_type"
         try:
-            workflow_class(inputs.workflow_for(taskset, is_eval))
+            name = inputs.workflow_for(taskset, is_eval)
+            if (
+                issubclass(workflow_class(name), AgentWorkflow)
+                and not cfg.explorer.rollout_model.enable_openai_api
+            ):
+                raise InputError(
+                    f"taskset '{taskset.name}': workflow {name} is an agent on the OpenAI API, which the "
+                    "engines do not serve: set "
+                    "explorer.rollout_model.enable_openai_api=true",
+                    field=key,
+                )
             key = f"{prefix}.{where}.default_reward_fn_type"
             if taskset.default_reward_fn_type:
                 get_reward_fn(taskset.default_reward_fn_type)

@@ -129,12 +129,15 @@ def engine_runtime_env() -> dict[str, Any]:
     return {"env_vars": {"VLLM_LOGGING_LEVEL": level, **({"PYTHONWARNINGS": "ignore"} if quiet else {})}}
 
 
-def launch_engine(cfg: Config, name: str, closed: bool = False) -> Any:
+def launch_engine(cfg: Config, name: str, closed: bool = False, index: int = 0) -> Any:
     """One engine actor called `name` on the base model; `closed` holds its requests until its first load
-    (a replacement must be put on the fleet's restore point before it serves anything)."""
+    (a replacement must be put on the fleet's restore point before it serves anything). Engine `index`
+    serves its OpenAI API (when enabled) on `port + index`, or on a free port when `port` is 0."""
     import ray  # heavy, deferred: the driver's modules import without Ray
 
-    rollout = cfg.explorer.rollout_model.model_copy(update={"device": resolve_device(cfg)})
+    rollout = cfg.explorer.rollout_model
+    port = rollout.port + index if rollout.port else 0
+    rollout = rollout.model_copy(update={"device": resolve_device(cfg), "port": port})
     gpus = rollout.tensor_parallel_size if rollout.device == "gpu" else 0
     options = {"num_cpus": rollout.engine_cpus, "num_gpus": gpus, "runtime_env": engine_runtime_env()}
     actor = ray.remote(VLLMEngine).options(name=name, **options)
@@ -194,7 +197,9 @@ class EngineFleet:
         self.cfg = cfg
         self.base = Path(cfg.model.model_path).resolve()
         self.names = [f"{run_name}/engine-{i}" for i in range(cfg.explorer.rollout_model.engine_num)]
-        self.launch_one = launch or (lambda name, closed: launch_engine(cfg, name, closed=closed))
+        self.launch_one = launch or (
+            lambda name, closed: launch_engine(cfg, name, closed=closed, index=self.names.index(name))
+        )
         self.handles: list[Any] = []
         self.lock = threading.RLock()
         self.current = Restore(0, path=self.base)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pyarrow as pa
@@ -34,7 +35,15 @@ def experience_metrics(experiences: pa.Table) -> dict[str, float]:
     }
     if len(experiences):
         metrics["rollout/model_version"] = pc.mean(experiences.column("model_version")).as_py()
+        metrics.update(stats("rollout/turns", experiences.column("turns")))
+        metrics["rollout/trajectory_splits"] = float(trajectory_splits(experiences))
     return metrics
+
+
+def trajectory_splits(experiences: pa.Table) -> int:
+    """Segments begun because a prompt did not extend the trajectory before it (not per_call segments)."""
+    later = experiences.filter(pc.greater(experiences.column("segment"), 0))
+    return sum(json.loads(m).get("trajectory_split", 0.0) > 0 for m in later.column("metrics").to_pylist())
 
 
 def step_metrics(

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
 from integration_settings import BASE
@@ -40,9 +39,13 @@ def settings(eval_set: Path) -> list[str]:
     ]
 
 
-def keys(run_dir: Path) -> list[tuple[str, int]]:
-    table = pq.read_table(run_dir / "experiences", columns=["task_uid", "run_id"])
-    return list(zip(table.column("task_uid").to_pylist(), table.column("run_id").to_pylist(), strict=True))
+def keys(run_dir: Path) -> list[tuple[str, int, int]]:
+    """Every committed experience's exactly-once key, through the sink (old fragments read as segment 0)."""
+    sink = ParquetSink(run_dir / "experiences")
+    tables = [
+        sink.read_step(step).select(["task_uid", "run_id", "segment"]) for step in sink.committed_steps()
+    ]
+    return [(r["task_uid"], r["run_id"], r["segment"]) for t in tables for r in t.to_pylist()]
 
 
 def step_hashes(run_dir: Path) -> dict[str, str]:
@@ -51,17 +54,20 @@ def step_hashes(run_dir: Path) -> dict[str, str]:
     return {str(f.relative_to(run_dir)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
-def start_explore(config: Path, run_dir: Path) -> subprocess.Popen:
+def start_explore(config: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     command = [sys.executable, "-m", "pipelines.explore", "--config", str(config), "--run-dir", str(run_dir)]
+    command += extra
     return subprocess.Popen(
         [*command, "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
 
 
-def kill_at_random_moment(process: subprocess.Popen, run_dir: Path, rng: random.Random) -> int:
+def kill_at_random_moment(
+    process: subprocess.Popen, run_dir: Path, rng: random.Random, steps: int = STEPS
+) -> int:
     """SIGKILL once a random number of steps has committed, a random fraction of a second later."""
-    target = rng.randint(1, STEPS - 3)
+    target = rng.randint(1, max(1, steps - 3))
     sink = ParquetSink(run_dir / "experiences")
     deadline = time.monotonic() + 600
     while len(sink.committed_steps()) < target:
@@ -117,3 +123,38 @@ def test_sigkill_at_a_random_moment_then_resume_gives_the_uninterrupted_keys(eng
     assert sorted(steps["pipeline/experience_count"]) == list(range(1, STEPS + 1))
     assert sorted(steps["eval/total_time"]) == list(range(0, STEPS + 1, EVAL_INTERVAL))
     assert client.get_run(run_id).info.status == "FINISHED"
+
+
+AGENT_PLUGINS = ROOT / "tests" / "agent_plugins"
+AGENT_STEPS = 8  # steps are quick (agent runs are short): enough left to kill the run mid-way
+
+
+@pytest.mark.timeout(900)  # two explore processes, each starting an engine
+def test_split_agent_trajectories_are_written_exactly_once_across_a_crash_resume(engines, tmp_path):
+    """An agent that edits its history splits every run into segments; their (task_uid, run_id, segment)
+    keys survive a SIGKILL and a resume exactly as an uninterrupted run writes them."""
+    cfg = load_config(
+        None,
+        [
+            *BASE,
+            f"buffer.total_steps={AGENT_STEPS}",
+            "buffer.explorer_input.taskset.default_workflow_type=test_openai_agent",
+            "buffer.explorer_input.taskset.workflow_args={edit_history: true}",
+        ],
+    )
+    cfg.plugin_dirs = [AGENT_PLUGINS]
+    reference = explore(cfg, tmp_path / "uninterrupted", progress=False, engines=engines)
+    expected = keys(reference.run_dir)
+    assert len(expected) == len(set(expected)) and {s for _, _, s in expected} >= {0, 1}  # split runs
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**cfg.model_dump(mode="json"), "plugin_dirs": []}))
+    run_dir = tmp_path / "crashed"
+    plugin = ("--plugin-dir", str(AGENT_PLUGINS))
+    kill_at_random_moment(start_explore(config, run_dir, *plugin), run_dir, random.Random(SEED), AGENT_STEPS)
+    assert len(ParquetSink(run_dir / "experiences").committed_steps()) < AGENT_STEPS
+    resumed = start_explore(config, run_dir, *plugin)
+    output = resumed.communicate(timeout=900)[0].decode()
+    assert resumed.returncode == 0, output[-3000:]
+    got = keys(run_dir)
+    assert len(got) == len(set(got)) and sorted(got) == sorted(expected)

@@ -23,11 +23,23 @@ MAX_LINES = 500
 # touch the engine). Decided by `python -X importtime -c "import X"` (best of 5, this machine): heavy is about
 # 0.3 s or more. vllm 5.5 s, mlflow 1.7 s, torch 1.4 s, safetensors.torch 1.2 s (it imports torch),
 # transformers 1.1 s, ray 0.44 s (ray.data 1.1 s), matplotlib.figure 0.44 s (matplotlib 0.16 s), math_verify
-# 0.41 s. Light, so imported at module level: tqdm 54 ms, yaml 17 ms, tokenizers 9 ms, safetensors 1 ms (its
-# numpy/torch backends are separate modules), and pyarrow 0.12-0.15 s, sqlalchemy 0.25 s, which every
-# driver module needs anyway. A name covers its submodules.
+# 0.41 s, openai 0.86 s (only agent workflows use it), uvicorn 0.13 s (only an engine serving the OpenAI API;
+# it pulls in its HTTP stack). Light, so imported at module level: tqdm 54 ms, yaml 17 ms, tokenizers 9 ms,
+# safetensors 1 ms (its numpy/torch backends are separate modules), and pyarrow 0.12-0.15 s, sqlalchemy
+# 0.25 s, which every driver module needs anyway. A name covers its submodules.
 HEAVY = frozenset(
-    {"ray", "vllm", "torch", "transformers", "mlflow", "safetensors.torch", "matplotlib", "math_verify"}
+    {
+        "ray",
+        "vllm",
+        "torch",
+        "transformers",
+        "mlflow",
+        "safetensors.torch",
+        "matplotlib",
+        "math_verify",
+        "openai",
+        "uvicorn",
+    }
 )
 
 # The engines' weight-loading methods: only the fleet calls them, so every load goes through its checks.

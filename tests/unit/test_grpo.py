@@ -231,3 +231,53 @@ def test_logprobs_that_do_not_line_up_with_the_response_are_refused() -> None:
     table = table.set_column(table.schema.get_field_index("logprobs"), "logprobs", short)
     with pytest.raises(MalformedExperience):
         train_on_experiences(model, make_optimizer(model, GRPOConfig()), table, GRPOConfig(), PAD)
+
+
+def multi_turn_table(model: LlamaForCausalLM, inserted_logprob: float) -> pa.Table:
+    """Per task, two-call trajectories from `operators.workflows.trajectory`: a sampled stretch, an inserted
+    observation (masked out), a second sampled stretch; GOOD runs rewarded, BAD runs not."""
+    from operators.workflows.trajectory import Call, assemble, segment_experiences
+    from schemas.task import Task
+
+    observation = [9, 9, 8]
+    experiences = []
+    for name, prompt in PROMPTS.items():
+        task = Task(
+            name, taskset="t", epoch=0, index=0, step=1, prompt="", truth="", workflow="w", reward_fn=""
+        )
+        for run, token in enumerate([GOOD, BAD, GOOD, BAD]):
+            first = [token, END]
+            second_prompt = [*prompt, *first, *observation]
+            calls = [
+                Call(prompt, first, [0.0] * 2, 0, "stop"),
+                Call(second_prompt, [token, END], [0.0] * 2, 0, "stop"),
+            ]
+            [segment] = assemble(calls)
+            experiences += segment_experiences(task, run, [segment], [("", "")], float(token == GOOD), {})
+    for experience in experiences:  # the sampled tokens' logprobs from the model itself, as an engine gives
+        ids = [*experience.prompt_ids, *experience.response_ids]
+        batch, attention, response = make_batch([experience.prompt_ids], [experience.response_ids], PAD)
+        with torch.no_grad():
+            lps = token_logprobs(model, batch, attention)[0][response[0].bool()].tolist()
+        experience.logprobs = [
+            lp if m else inserted_logprob for lp, m in zip(lps, experience.action_mask, strict=True)
+        ]
+        assert len(ids) == len(experience.prompt_ids) + len(lps)
+    return experiences_to_table(experiences)
+
+
+def test_multi_turn_experiences_train_only_on_their_sampled_tokens() -> None:
+    """The loop closed on multi-turn experiences: the update is the same whatever the masked positions'
+    logprobs hold, and it raises the rewarded runs' sampled tokens."""
+    updated = []
+    for inserted_logprob in (0.0, -50.0):
+        model = tiny_model()
+        cfg = GRPOConfig(lr=1e-2)
+        table = multi_turn_table(model, inserted_logprob)
+        assert set(map(len, table.column("inserted_spans").to_pylist())) == {1}
+        before = mean_response_logprob(model, GOOD)
+        train_on_experiences(model, make_optimizer(model, cfg), table, cfg, PAD)
+        assert mean_response_logprob(model, GOOD) > before
+        updated.append(model.state_dict())
+    for name, tensor in updated[0].items():
+        assert torch.equal(tensor, updated[1][name]), name

@@ -94,7 +94,8 @@ def test_a_step_commits_once(sink):
 def test_an_experience_already_in_the_table_fails_its_whole_step(sink, root):
     write_and_commit(sink, [("a", 1, 2)])
     records = write_fragments(make_results([("b", 2, 1), ("a", 2, 1)]), str(root))  # a/0 again
-    with pytest.raises(RuntimeError, match=r"step 2 not committed: .* already holds .*\(task_uid, run_id\)"):
+    taken = r"step 2 not committed: .* already holds .*\(task_uid, run_id, segment\)"
+    with pytest.raises(RuntimeError, match=taken):
         sink.commit_step(2, fragments_of(records))
     assert sink.committed_steps() == [1] and row_count(sink) == 2  # not even b/0
     assert pending_dir(root, 2).exists()  # kept: nothing of it was committed

@@ -121,7 +121,7 @@ def test_check_experiences_accepts_exactly_the_asked_run_ids_in_any_order():
     ("run_ids", "uid", "match"),
     [
         ([2], "t/e0/0", r"run ids \[2\] where 2..3"),
-        ([2, 2], "t/e0/0", r"run ids \[2, 2\]"),
+        ([2, 2, 3], "t/e0/0", r"t/e0/0/2: segments \[0, 0\], where 0..1 once each"),
         ([2, 3, 4], "t/e0/0", r"run ids \[2, 3, 4\]"),
         ([0, 1], "t/e0/0", r"run ids \[0, 1\] where 2..3"),
         ([2, 3], "t/e0/9", "produced for task t/e0/0"),

@@ -1,0 +1,195 @@
+"""Multi-turn tokens/s three ways, same tasks, seeds and sampling, in one run:
+
+- direct: a plain in-process loop on `VLLMEngine` (first turn `chat`, later turns `chat_turn`);
+- pipeline: `explore` with an `EnvWorkflow` (the stand-in environment in `multi_turn_plugins/`);
+- openai: `explore` with an `AgentWorkflow` making the same turns with the official client over the
+  engine's OpenAI API.
+
+The environment (named as a stand-in) answers every reply with a fixed observation and ends after 3 turns,
+so every trajectory has real turns whatever the model writes. Tokens are the sampled ones (action mask
+true). Engine start-up is excluded everywhere. The pipeline sides are measured end to end (their own start-up
+included: the headline) and warm, over steps 2..N (their `time/step` metric; steps overlap, so this window
+overstates the rate). Targets: pipeline / direct >= 0.85 and openai / direct >= 0.70.
+
+    python benchmarks/multi_turn.py [--model DIR] [--tasks 64] [--repeat 2] [--max-tokens 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+from pipeline_vs_engine import first_tasks  # noqa: E402 - a sibling script: the same first N tasks
+
+PLUGINS = Path(__file__).resolve().with_name("multi_turn_plugins")
+TURNS = 3
+OBSERVATION = "Noted. Go on."  # as the stand-in environment's
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", help="model directory (default: the embedded tiny model)")
+    parser.add_argument("--tasks", type=int, default=64, help="tasks per side")
+    parser.add_argument("--repeat", type=int, default=2, help="trajectories per task")
+    parser.add_argument("--max-tokens", type=int, default=16, help="max sampled tokens per turn")
+    parser.add_argument("--batch-size", type=int, default=16, help="tasks per step in the pipeline")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        help="trajectories the direct loop runs at once (default: a step's, batch size x repeat, as the "
+        "pipeline runs them)",
+    )
+    return parser.parse_args()
+
+
+def bench_config(args: argparse.Namespace, workflow: str):
+    from schemas.config import load_config
+
+    overrides = [
+        f"buffer.batch_size={args.batch_size}",
+        f"buffer.total_steps={-(-args.tasks // args.batch_size)}",
+        f"buffer.explorer_input.taskset.repeat_times={args.repeat}",
+        f"buffer.explorer_input.taskset.rollout_args.max_tokens={args.max_tokens}",
+        f"buffer.explorer_input.taskset.default_workflow_type={workflow}",
+        "explorer.rollout_model.enable_openai_api=true",
+        "monitor.sample_rollouts=0",
+    ]
+    if args.model:
+        overrides.append(f"model.model_path={args.model}")
+    cfg = load_config(None, overrides)
+    cfg.plugin_dirs = [PLUGINS]
+    return cfg
+
+
+async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
+    """Every trajectory side by side on an in-process engine: the loop EnvWorkflow runs, with no pipeline."""
+    from operators.engine.actor import VLLMEngine
+    from operators.engine.client import derive_seed, sampling_params
+
+    engine = VLLMEngine(str(cfg.model.model_path), cfg.explorer.rollout_model.model_dump(mode="json"))
+    gate = asyncio.Semaphore(in_flight)
+
+    async def trajectory(task, run_id: int) -> int:
+        async with gate:
+            return await turns(task, run_id)
+
+    async def turns(task, run_id: int) -> int:
+        messages, history, sampled = [{"role": "user", "content": task.prompt}], None, 0
+        for turn in range(TURNS):
+            seed = derive_seed(task.rollout_args.get("seed"), task.task_uid, run_id, turn)
+            sampling = sampling_params(task.rollout_args, 1, seed)
+            out = await (
+                engine.chat(messages, sampling)
+                if history is None
+                else engine.chat_turn(messages, sampling, history)
+            )
+            sample = out["samples"][0]
+            sampled += len(sample["response_ids"])
+            history = [*out["prompt_ids"], *sample["response_ids"]]
+            messages += [
+                {"role": "assistant", "content": sample["text"]},
+                {"role": "user", "content": OBSERVATION},
+            ]
+        return sampled
+
+    try:
+        await asyncio.gather(*(trajectory(t, 0) for t in tasks[:4]))  # warm-up
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(trajectory(t, r) for t in tasks for r in range(t.repeat_times)))
+        seconds = time.perf_counter() - started
+    finally:
+        await engine.shutdown()
+    return sum(counts), seconds
+
+
+def pipeline(cfgs: dict, tmp: Path) -> dict[str, dict[str, float]]:
+    """Per workflow, on one warm fleet: sampled tokens and seconds end to end (the pipeline's own start-up
+    included) and warm (steps 2..N; steps overlap, so this window overstates the rate), and the splits."""
+    import ray
+    from mlflow import MlflowClient
+
+    from operators.sinks.parquet import ParquetSink
+    from pipelines.control.fleet import EngineFleet
+    from pipelines.control.runtime import init_ray
+    from pipelines.explore import explore
+
+    first = next(iter(cfgs.values()))
+    init_ray(first.ray)
+    engines = EngineFleet(first, "bench-multi-turn").start()
+    results = {}
+    try:
+        ray.get([e.chat.remote([{"role": "user", "content": "1 + 1?"}], {"n": 2}) for e in engines.handles])
+        for name, cfg in cfgs.items():
+            started = time.perf_counter()
+            summary = explore(cfg, tmp / name, progress=False, engines=engines)
+            seconds = time.perf_counter() - started
+            sink = ParquetSink(summary.run_dir / "experiences")
+            steps = {s: sink.read_step(s) for s in sink.committed_steps()}
+            sampled = {s: sum(sum(m) for m in t.column("action_mask").to_pylist()) for s, t in steps.items()}
+            history = MlflowClient(summary.tracking_uri).get_metric_history(
+                summary.mlflow_run_id, "time/step"
+            )
+            splits = MlflowClient(summary.tracking_uri).get_metric_history(
+                summary.mlflow_run_id, "rollout/trajectory_splits"
+            )
+            results[name] = {
+                "tokens": sum(sampled.values()),
+                "seconds": round(seconds, 2),
+                "warm_tokens": sum(n for s, n in sampled.items() if s > 1),
+                "warm_seconds": round(sum(m.value for m in history if m.step > 1), 2),
+                "splits": int(sum(m.value for m in splits)),
+            }
+    finally:
+        engines.stop()
+    return results
+
+
+def main() -> None:
+    args = parse_args()
+    cfgs = {
+        "pipeline": bench_config(args, "bench_fixed_env"),
+        "openai": bench_config(args, "bench_fixed_agent"),
+    }
+    tasks = first_tasks(cfgs["pipeline"], args.tasks)
+    in_flight = args.in_flight or args.batch_size * args.repeat
+    direct_tokens, direct_s = asyncio.run(direct(cfgs["pipeline"], tasks, in_flight))
+    with tempfile.TemporaryDirectory() as tmp:
+        piped = pipeline(cfgs, Path(tmp))
+    rate = {"direct": direct_tokens / direct_s}
+    rate.update({name: r["tokens"] / r["seconds"] for name, r in piped.items()})
+    warm = {name: r["warm_tokens"] / r["warm_seconds"] for name, r in piped.items()}
+    report = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "model": str(cfgs["pipeline"].model.model_path),
+        "tasks": len(tasks),
+        "repeat": args.repeat,
+        "turns": TURNS,
+        "direct_in_flight": in_flight,
+        "max_tokens": args.max_tokens,
+        "direct": {"tokens": direct_tokens, "seconds": round(direct_s, 2)},
+        **piped,
+        "tokens_per_s_end_to_end": {name: round(value, 1) for name, value in rate.items()},
+        "tokens_per_s_warm": {name: round(value, 1) for name, value in warm.items()},
+        "ratio_warm": {name: round(value / rate["direct"], 3) for name, value in warm.items()},
+        "openai_over_direct_end_to_end": round(rate["openai"] / rate["direct"], 3),
+    }
+    print(json.dumps(report, indent=2))
+    print(
+        f"multi_turn: ratio={rate['pipeline'] / rate['direct']:.2f} (target >= 0.85; "
+        f"openai path {rate['openai'] / rate['direct']:.2f}, target >= 0.70)"
+    )
+
+
+if __name__ == "__main__":
+    main()
