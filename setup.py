@@ -18,6 +18,7 @@ COMMON = [
     "openai>=1.40",  # agent workflows' client (vLLM depends on it too)
     "httpx>=0.27",  # under the openai client: the recording transport
     "omegaconf>=2.3",  # Trinity-RFT configs' interpolation
+    "datasets>=3.0",  # local Hugging Face dataset folders as tasksets (subset_name, split)
 ]
 
 setup(

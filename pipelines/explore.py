@@ -25,6 +25,7 @@ examples:
   python -m pipelines.explore --steps 10 --set buffer.batch_size=16
   python -m pipelines.explore --config my.yaml --ray-address auto   # on a cluster
   python -m pipelines.explore --with-trainer --steps 20   # closed loop with the reference GRPO trainer
+  python -m pipelines.explore --config trinity.yaml --dry-run   # a Trinity-RFT config, as translated
 
 outputs (under --run-dir):
   experiences/step_NNNNNN/*.parquet   committed experiences, one folder per step
@@ -207,6 +208,24 @@ def explore(
     )
 
 
+def bench(cfg: Config, run_dir: Path, **options) -> bool:
+    """`mode: bench` (Trinity-RFT's mode of that name): benchmark the checkpoints in
+    `synchronizer.checkpoint_dir` with `Explorer.benchmark()`, as `python -m pipelines.bench` would; True
+    when no checkpoint failed. `options` are the `Explorer`'s (ray_address, mlflow_uri, progress, engines...).
+    """
+    from pipelines.control.explorer import Explorer  # heavy, deferred (see explore)
+
+    explorer = Explorer(cfg, run_dir, **options)
+
+    async def run() -> bool:
+        try:
+            return await explorer.benchmark()
+        finally:
+            await explorer.shutdown()
+
+    return asyncio.run(run())
+
+
 def start_trainer(explorer, lr: float | None = None) -> tuple:
     """The reference trainer as a Ray actor, following this run from the version it has reached."""
     from pipelines.reference.trainer import TrainerOptions, start_trainer_actor  # heavy (torch), deferred
@@ -264,17 +283,23 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     cfg = build_config(args)
     run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    common = {
+        "ray_address": args.ray_address,
+        "mlflow_uri": args.mlflow_uri,
+        "progress": not args.no_progress,
+        "verbose": args.verbose,
+    }
     with logging_to_console(args.verbose):
-        summary = explore(
-            cfg,
-            run_dir,
-            ray_address=args.ray_address,
-            mlflow_uri=args.mlflow_uri,
-            progress=not args.no_progress,
-            verbose=args.verbose,
-            with_trainer=args.with_trainer,
-            trainer_lr=args.trainer_lr,
-        )
+        if cfg.mode == "bench":
+            ok = bench(cfg, run_dir, **common)
+        else:
+            summary = explore(
+                cfg, run_dir, with_trainer=args.with_trainer, trainer_lr=args.trainer_lr, **common
+            )
+    if cfg.mode == "bench":
+        results = Path(run_dir) / "bench_results.md"
+        print(f"rftflow bench finished, {'every' if ok else 'not every'} checkpoint measured: {results}")
+        return 0 if ok else 1
     print(summary.render())
     return 0
 

@@ -9,13 +9,14 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from schemas.bounded_yaml import parse_yaml, read_config_file
 from schemas.config_base import MAX_INT32, MAX_SECONDS, GivenPath, Strict
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import InputError
+from schemas.interpolation import env_values, hide_env, resolve_env
 from schemas.trinity import is_trinity, translate
 
 logger = logging.getLogger(__name__)
@@ -57,8 +58,16 @@ class TasksetConfig(Strict):
     name: str = Field("arith", description="taskset name, used in `task_uid` and metrics")
     path: GivenPath = Field(
         DEFAULT_TRAIN,
-        description="file or directory",
+        description="file or directory (jsonl, Parquet), or a local Hugging Face dataset folder",
         json_schema_extra={"doc_default": "bundled `arith/train.jsonl`"},
+    )
+    subset_name: str | None = Field(
+        None, description="a Hugging Face dataset folder's subset (config name), e.g. `main`"
+    )
+    split: str | None = Field(
+        None,
+        description="a Hugging Face dataset folder's split (default `train` when the path is one); setting "
+        "this or `subset_name` reads the path as a dataset folder",
     )
     format: FormatConfig = FormatConfig()
     rollout_args: RolloutArgs = RolloutArgs()
@@ -332,8 +341,13 @@ class RayConfig(Strict):
 
 class Config(Strict):
     # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
-    free_on_resume: ClassVar[frozenset[str]] = frozenset({"project", "monitor", "ray"})
+    free_on_resume: ClassVar[frozenset[str]] = frozenset({"project", "monitor", "ray", "mode"})
 
+    mode: Literal["explore", "bench"] = Field(
+        "explore",
+        description="`explore` runs the explorer; `bench` benchmarks the checkpoints in "
+        "`synchronizer.checkpoint_dir` instead (Trinity-RFT's mode of the same name)",
+    )
     project: str = Field("rftflow", description="MLflow experiment name, unless `monitor.experiment` is set")
     name: str = Field("explore", description="run name; the default run dir is `runs/<name>-<timestamp>`")
     plugin_dirs: list[GivenPath] = Field(
@@ -346,6 +360,22 @@ class Config(Strict):
     synchronizer: SynchronizerConfig = SynchronizerConfig()
     monitor: MonitorConfig = MonitorConfig()
     ray: RayConfig = RayConfig()
+    # NAME -> value of each environment variable the config file's `${oc.env:NAME}` read: written back as the
+    # reference, never as the value, wherever the config is shown or saved (`public_dump`)
+    _env: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def remember_env(self, values: dict[str, str]) -> Config:
+        self._env = dict(values)
+        return self
+
+    @property
+    def env_values(self) -> dict[str, str]:
+        return dict(self._env)
+
+    def public_dump(self) -> dict[str, Any]:
+        """The config as JSON values, with each value read from the environment put back as its
+        `${oc.env:NAME}` reference (it may be a secret): for config.yaml, MLflow params and --dry-run."""
+        return hide_env(self.model_dump(mode="json"), self._env)
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> Config:
@@ -401,17 +431,21 @@ def validate_tree(tree: dict[str, Any], source: str) -> Config:
 
 
 def load_config(path: Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read YAML (optional; a Trinity-RFT config is translated, see `schemas.trinity`), apply `--set`
-    overrides, validate; errors name the file and the key path."""
+    """Read YAML (optional; a Trinity-RFT config is translated, see `schemas.trinity`; in rftflow's own,
+    `${oc.env:NAME,default}` is resolved, see `schemas.interpolation`), apply `--set` overrides, validate;
+    errors name the file and the key path."""
     tree = read_config_file(Path(path)) if path is not None else {}
+    env = env_values(tree)
     if is_trinity(tree):
         tree, notices = translate(tree, str(path))
         for notice in notices:
             logger.info("Trinity-RFT config %s: %s", path, notice)
+    else:
+        tree = resolve_env(tree, str(path))
     for text in overrides or []:
         key, value = parse_override(text)
         _set_path(tree, key, value)
-    return validate_tree(tree, str(path) if path else "--set")
+    return validate_tree(tree, str(path) if path else "--set").remember_env(env)
 
 
 def flatten(config: Config) -> dict[str, str]:
@@ -425,5 +459,5 @@ def flatten(config: Config) -> dict[str, str]:
         else:
             out[prefix] = str(value)
 
-    walk("", config.model_dump(mode="json"))
+    walk("", config.public_dump())
     return out

@@ -13,13 +13,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
 from schemas.errors import InputError
+from schemas.interpolation import resolve
 
-MARKERS = ("algorithm", "cluster", "trainer", "mode", "checkpoint_root_dir", "data_processor", "service")
-MODES_RUN = ("explore", "both")
+# not `mode`: rftflow's own configs have it too (explore | bench)
+MARKERS = ("algorithm", "cluster", "trainer", "checkpoint_root_dir", "data_processor", "service")
+MODES_RUN = ("explore", "both", "bench")
 MODES_REFUSED = {"train": "the trainer is yours", "serve": "a serving mode", "colocate": "colocated training"}
 WORKFLOWS = {"math_workflow": "math", "math_boxed_workflow": "math_boxed"}
 REWARDS = {
@@ -43,7 +42,7 @@ ENGINE_KEYS += ("enable_openai_api", "tool_call_parser", "reasoning_parser", "en
 EXPLORER_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "max_repeat_times_per_runner")
 EXPLORER_KEYS += ("eval_interval", "eval_on_startup", "bench_on_latest_checkpoint")
 TASKSET_KEYS = ("name", "path", "rollout_args", "workflow_args", "reward_fn_args", "repeat_times")
-TASKSET_KEYS += ("default_workflow_type", "default_reward_fn_type")
+TASKSET_KEYS += ("default_workflow_type", "default_reward_fn_type", "subset_name", "split")
 # The reference's defaults where they differ from rftflow's (Trinity-RFT v0.5.2, trinity/common/config.py).
 DEFAULTS = {"repeat_times": 1, "max_timeout": 1800.0, "sync_timeout": 3600.0, "dtype": "bfloat16", "seed": 42}
 
@@ -64,18 +63,6 @@ def is_trinity(tree: dict[str, Any]) -> bool:
         or "storage_type" in taskset
         or experience_buffer.get("storage_type") in ("queue", "file")
     )
-
-
-def resolve(tree: dict[str, Any], source: str) -> dict[str, Any]:
-    """The tree with OmegaConf interpolation resolved; an unset variable without a default is named."""
-    try:
-        return OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or None
-        hint = "set the variable, or give a default: ${oc.env:VAR,default}"
-        raise InputError(
-            f"interpolation failed ({str(exc).splitlines()[0]}): {hint}", file=source, field=key
-        ) from None
 
 
 class Translation:
@@ -146,14 +133,14 @@ class Translation:
         mode = self.src.get("mode", "both")
         if mode in MODES_REFUSED:
             self.refuse("mode", f"mode {mode} ({MODES_REFUSED[mode]}) is not an explorer run")
-        if mode == "bench":
-            self.refuse("mode", "mode bench is `python -m pipelines.bench --config FILE`, not explore")
         if mode not in MODES_RUN:
             self.refuse("mode", f"unknown mode {mode!r}")
         if mode == "both":
             self.notices.append(
                 "mode both: the explorer side runs here; the trainer is yours (or --with-trainer)"
             )
+        if mode == "bench":
+            self.put("mode", "bench")
 
     def model(self) -> None:
         model = dict(self.src.get("model") or {})
@@ -178,9 +165,6 @@ class Translation:
     def taskset(
         self, node: dict[str, Any], where: str, defaults: dict[str, Any], is_eval: bool
     ) -> dict[str, Any]:
-        for key in ("subset_name", "split"):
-            if node.get(key) is not None:
-                self.refuse(f"{where}.{key}", "Hugging Face datasets by subset and split are not read yet")
         storage = node.get("storage_type", "file")
         if storage != "file":
             self.refuse(
@@ -202,7 +186,7 @@ class Translation:
             out["format"] = {
                 k: v for k, v in node["format"].items() if k in ("prompt_key", "response_key", "messages_key")
             }
-        for key in set(node) - set(TASKSET_KEYS) - {"format", "storage_type", "subset_name", "split"}:
+        for key in set(node) - set(TASKSET_KEYS) - {"format", "storage_type"}:
             self.ignore(f"{where}.{key}", "not an explorer setting here")
         return {k: v for k, v in out.items() if v is not None}
 

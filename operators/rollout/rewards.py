@@ -64,9 +64,19 @@ def answers_match(candidate: str, truth: str) -> bool:
     return bool(gold and guess and verify(gold, guess, timeout_seconds=None))
 
 
+def final_answer(truth: str) -> str:
+    """The answer in a truth that is a worked solution: GSM8K's `… #### 1,234` (thousands commas dropped), or
+    the last `\\boxed{}`; any other truth is the answer itself."""
+    if "####" in truth:
+        return truth.rsplit("####", 1)[-1].strip().replace(",", "")
+    return last_boxed(truth) or truth
+
+
 @register_reward("math_accuracy")
 def math_accuracy(response: str, truth: str) -> dict[str, float]:
-    accuracy = float(answers_match(extract_answer(response), truth))
+    """math-verify between the response's answer (its last `<answer>` block, else all of it) and the truth's
+    final answer (`final_answer`)."""
+    accuracy = float(answers_match(extract_answer(response), final_answer(truth)))
     return {"reward": accuracy, "accuracy": accuracy}
 
 
@@ -101,7 +111,7 @@ def math_boxed_accuracy(response: str, truth: str) -> dict[str, float]:
     answer = (last_boxed(response) or "").strip()
     accuracy = 0.0
     if answer and len(answer) <= MAX_BOXED_CHARS:
-        gold = last_boxed(truth) or truth
+        gold = final_answer(truth)
         accuracy = float(answers_match(f"\\boxed{{{answer}}}", f"\\boxed{{{gold}}}"))
     return {"reward": accuracy, "accuracy": accuracy, "format": float(bool(answer))}
 

@@ -19,15 +19,26 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from operators.tasks.hf_dataset import dataset_files, is_dataset_dir
 from schemas.config import TasksetConfig
 from schemas.errors import InputError, file_problem
 from schemas.task import ROLE_NAMES, TASK_SCHEMA, Task, make_task_uid
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
+TABLE_SUFFIXES = (".parquet", ".arrow")  # read a batch at a time, with columns checked once per file
 BLOCK_ROWS = 1024  # rows per block at most, whatever the step size
 BLOCK_CHARS = 32 << 20  # and characters of prompt/answer text at most
 SKIP_CHUNK = 1 << 18  # how much of an over-long line is read at a time while reading past it
 SKIP_MESSAGES = 3  # reasons kept for the report; the rest are only counted
+
+
+def taskset_files(cfg: TasksetConfig) -> list[Path]:
+    """The taskset's files: a Hugging Face dataset folder's split (`operators.tasks.hf_dataset`) when the
+    config names a subset or split, or the path is a `save_to_disk` folder; else `list_files`."""
+    path = Path(cfg.path)
+    if cfg.subset_name is not None or cfg.split is not None or is_dataset_dir(path):
+        return dataset_files(path, cfg.subset_name, cfg.split)
+    return list_files(path)
 
 
 def list_files(path: Path) -> list[Path]:
@@ -66,6 +77,9 @@ def iter_raw_rows(
     """
     if file.suffix == ".parquet":
         yield from enumerate(iter_parquet_records(file), start=1)
+        return
+    if file.suffix == ".arrow":
+        yield from enumerate(iter_arrow_records(file), start=1)
         return
     try:
         yield from iter_jsonl_rows(file, max_row_bytes, skip_bad)
@@ -122,6 +136,16 @@ def iter_parquet_records(file: Path) -> Iterator[dict[str, Any]]:
             yield from batch.to_pylist()
     except (OSError, pa.ArrowException) as exc:  # a corrupt page, a read error
         raise InputError(f"not a readable Parquet file: {exc}", file=str(file)) from None
+
+
+def iter_arrow_records(file: Path) -> Iterator[dict[str, Any]]:
+    """An Arrow IPC stream (a `save_to_disk` data file), a batch at a time."""
+    try:
+        with pa.memory_map(str(file)) as source:
+            for batch in pa.ipc.open_stream(source):
+                yield from batch.to_pylist()
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"not a readable Arrow stream file: {exc}", file=str(file)) from None
 
 
 def read_past_line(handle: BinaryIO, read: int) -> int:
@@ -279,8 +303,8 @@ def plan_taskset(
     """
     skip = cfg.on_bad_row == "skip"
     counted, skipped, messages = [], [], []
-    for file in list_files(cfg.path):
-        if file.suffix == ".parquet" and not skip:
+    for file in taskset_files(cfg):
+        if file.suffix in TABLE_SUFFIXES and not skip:
             check_columns(file, cfg)
         n, bad = 0, array("q")
         for row, record in iter_raw_rows(file, cfg.max_row_bytes, skip_bad=skip):
@@ -310,9 +334,13 @@ def check_columns(file: Path, cfg: TasksetConfig) -> None:
     """A Parquet file without a needed column fails once, naming it, rather than at each of its rows."""
     fmt = cfg.format
     try:
-        names = pq.read_schema(file).names
+        if file.suffix == ".arrow":
+            with pa.memory_map(str(file)) as source:
+                names = pa.ipc.open_stream(source).schema.names
+        else:
+            names = pq.read_schema(file).names
     except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"not a readable Parquet file: {exc}", file=str(file)) from None
+        raise InputError(f"not a readable {file.suffix[1:].title()} file: {exc}", file=str(file)) from None
     for key in (fmt.messages_key or fmt.prompt_key, fmt.response_key):
         if key not in names:
             raise InputError(f"no such column (it has: {', '.join(names)})", file=str(file), field=key)

@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from operators.tasks.reader import list_files
+from operators.tasks.reader import taskset_files
 from schemas.config import TasksetConfig
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
@@ -28,6 +28,6 @@ def taskset_key(taskset: TasksetConfig, workflow: str) -> str:
     settings = taskset.model_dump(mode="json")
     settings.pop("path")
     digest.update(json.dumps([settings, workflow], sort_keys=True).encode())
-    for path in list_files(taskset.path):
+    for path in taskset_files(taskset):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

@@ -23,7 +23,7 @@ from schemas.config import Config
 def marked_config(cfg: Config) -> str:
     """The config as YAML, each leaf at its default value marked."""
     lines: list[str] = []
-    walk(cfg.model_dump(mode="json"), Config().model_dump(mode="json"), 0, lines)
+    walk(cfg.public_dump(), Config().model_dump(mode="json"), 0, lines)
     return "\n".join(lines)
 
 

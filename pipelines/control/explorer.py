@@ -421,7 +421,7 @@ class Explorer:
                 log.warning("taskset '%s': skipped %d bad rows, e.g. %s", name, plan.skipped_rows, reasons)
 
     def _write_config(self) -> None:
-        text = yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False)
+        text = yaml.safe_dump(self.config.public_dump(), sort_keys=False)
         atomic_write_text(RunDir(self.run_dir).config, text)
 
     def _publish(self, done: CommittedStep | None = None) -> None:

@@ -15,10 +15,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from schemas.config import Config, flatten
+from schemas.config import Config, flatten, load_config
 from schemas.errors import InputError
 from schemas.run_dir import CONFIG
 
@@ -44,10 +43,10 @@ def saved_config(run_dir: Path) -> Config | None:
     path = Path(run_dir) / CONFIG
     if not path.is_file():
         return None
-    try:
-        return Config.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeError, yaml.YAMLError, ValidationError) as exc:
-        reason = str(exc).splitlines()[0]
+    try:  # through load_config: a `${oc.env:NAME}` the run wrote in place of a value is read again
+        return load_config(path)
+    except InputError as exc:
+        reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
         raise InputError(
             f"the run's saved config is unreadable ({reason}); restore it, or use a new --run-dir",
             file=str(path),

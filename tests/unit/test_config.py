@@ -189,3 +189,21 @@ def test_experience_buffer_defaults_to_parquet_without_a_queue():
 def test_bad_experience_buffer_settings_are_refused(overrides, field, fragment):
     err = refused(None, [f"{EXPERIENCE_BUFFER}.{o}" for o in overrides])
     assert err.field == field and fragment in str(err)
+
+
+def test_own_configs_read_the_environment_and_keep_other_dollar_braces(config_file, monkeypatch):
+    monkeypatch.setenv("RFTFLOW_TEST_MODEL", str(DEFAULT_MODEL))
+    monkeypatch.delenv("RFTFLOW_TEST_UNSET", raising=False)
+    path = config_file(
+        {
+            "model": {"model_path": "${oc.env:RFTFLOW_TEST_MODEL}"},
+            "name": "${oc.env:RFTFLOW_TEST_UNSET,fallback}",
+            "buffer": {"explorer_input": {"taskset": {"workflow_args": {"system_prompt": "${not.a.key}"}}}},
+        }
+    )
+    cfg = load_config(path)
+    assert cfg.model.model_path == DEFAULT_MODEL and cfg.name == "fallback"
+    assert cfg.buffer.explorer_input.taskset.workflow_args == {"system_prompt": "${not.a.key}"}
+    assert flatten(cfg)["model.model_path"] == "${oc.env:RFTFLOW_TEST_MODEL}"  # never the value
+    unset = config_file({"name": "${oc.env:RFTFLOW_TEST_UNSET}"})
+    assert refused(unset).field == "name" and "RFTFLOW_TEST_UNSET is not set" in str(refused(unset))

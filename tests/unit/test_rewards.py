@@ -11,6 +11,7 @@ from operators.rollout.rewards import (
     format_reward,
     get_reward_fn,
     math_accuracy,
+    math_boxed_accuracy,
 )
 
 
@@ -107,3 +108,20 @@ def test_plain_number_fast_path_agrees_with_math_verify(candidate, truth):
 
     expected = bool(verify(parse(truth, parsing_timeout=None), parse(candidate, parsing_timeout=None)))
     assert answers_match(candidate, truth) is expected
+
+
+@pytest.mark.parametrize(
+    ("truth", "response", "right"),
+    [
+        ("Natalia sold 48/2 = 24 clips.\n#### 72", "<answer>72</answer>", 1.0),
+        ("It costs 1,000 + 234.\n#### 1,234", "<answer>1234</answer>", 1.0),
+        ("#### 72", "<answer>24</answer>", 0.0),
+        ("so the answer is \\boxed{\\frac{1}{2}}", "<answer>0.5</answer>", 1.0),
+    ],
+)
+def test_worked_solution_truths_are_scored_by_their_final_answer(truth, response, right):
+    assert math_accuracy(response, truth)["accuracy"] == right
+
+
+def test_boxed_accuracy_reads_a_gsm8k_truth_too():
+    assert math_boxed_accuracy("so \\boxed{72}", "48 + 24 = 72\n#### 72")["accuracy"] == 1.0

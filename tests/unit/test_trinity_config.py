@@ -15,7 +15,7 @@ from pipelines.bench import main as bench_main
 from pipelines.benchmark.selection import check_candidate, select_candidates
 from pipelines.control.weight_sync import CheckpointSource
 from pipelines.explore import main as explore_main
-from schemas.config import DEFAULT_MODEL, DEFAULT_TRAIN, load_config
+from schemas.config import DEFAULT_MODEL, DEFAULT_TRAIN, flatten, load_config
 from schemas.errors import InputError
 from schemas.trinity import is_trinity
 
@@ -100,7 +100,6 @@ def test_an_unset_variable_with_a_default_takes_it_and_one_without_is_named(trin
     ("changes", "key", "fragment"),
     [
         ({"mode": "train"}, "mode", "not an explorer run"),
-        ({"mode": "bench"}, "mode", "python -m pipelines.bench"),
         ({"model": {"model_path": "m", "lora_configs": [{"rank": 8}]}}, "model.lora_configs", "LoRA"),
         (
             {"explorer": {"auxiliary_models": [{"model_path": "judge"}]}},
@@ -120,20 +119,44 @@ def test_explorer_features_rftflow_lacks_are_refused_naming_the_key(trinity_env,
     assert info.value.field == key and fragment in str(info.value)
 
 
-def test_a_dataset_split_is_refused_until_datasets_are_read(trinity_env):
+def test_mode_bench_is_kept_for_the_explore_command_to_benchmark(trinity_env):
+    assert load_config(variant(trinity_env, mode="bench")).mode == "bench"
+    assert load_config(GSM8K).mode == "explore"  # both: the explorer side runs here
+
+
+def test_a_dataset_subset_and_split_pass_through_to_the_taskset(trinity_env):
     tree = yaml.safe_load(GSM8K.read_text())
-    tree["buffer"]["explorer_input"]["taskset"].update(subset_name="main", split="train")
+    tree["buffer"]["explorer_input"]["taskset"].update(subset_name="main", split="test")
     path = trinity_env / "split.yaml"
     path.write_text(yaml.safe_dump(tree))
-    with pytest.raises(InputError) as info:
-        load_config(path)
-    assert info.value.field == "buffer.explorer_input.taskset.subset_name"
+    taskset = load_config(path).buffer.explorer_input.taskset
+    assert (taskset.subset_name, taskset.split) == ("main", "test")
+
+
+def test_environment_values_are_saved_and_shown_as_their_references(trinity_env, capsys):
+    cfg = load_config(GSM8K)
+    assert cfg.model.model_path == DEFAULT_MODEL  # the run uses the value
+    shown = yaml.safe_dump(cfg.public_dump())
+    assert "${oc.env:TRINITY_MODEL_PATH}" in shown and str(DEFAULT_MODEL) not in shown
+    # a value inside a longer one (the checkpoint dir under the root) is hidden too
+    assert cfg.public_dump()["synchronizer"]["checkpoint_dir"] == (
+        "${oc.env:TRINITY_CHECKPOINT_ROOT_DIR}/Trinity-RFT-gsm8k/grpo-gsm8k"
+    )
+    assert flatten(cfg)["model.model_path"] == "${oc.env:TRINITY_MODEL_PATH}"  # the MLflow params
+    saved = trinity_env / "config.yaml"
+    saved.write_text(shown)
+    again = load_config(saved)  # as a resume or a trainer reads it: resolved from its own environment
+    assert again.model.model_path == DEFAULT_MODEL and again.env_values == cfg.env_values
+    assert explore_main(["--config", str(GSM8K), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "${oc.env:TRINITY_MODEL_PATH}" in out and str(DEFAULT_MODEL) not in out
 
 
 def test_native_configs_are_not_taken_for_trinity_ones():
     assert not is_trinity({"buffer": {"trainer_input": {"experience_buffer": {"storage_type": "sql"}}}})
     assert not is_trinity({"model": {"model_path": "m"}, "synchronizer": {"sync_method": "checkpoint"}})
-    assert is_trinity({"mode": "explore"}) and is_trinity({"model": {"max_response_tokens": 8}})
+    assert not is_trinity({"mode": "bench"})  # rftflow's own configs have a mode too
+    assert is_trinity({"mode": "both", "algorithm": {}}) and is_trinity({"model": {"max_response_tokens": 8}})
     native = load_config(
         None, ["buffer.explorer_input.taskset.workflow_args={prompt: '${not.interpolated}'}"]
     )
