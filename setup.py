@@ -41,6 +41,10 @@ setup(
             "hypothesis>=6.100",
             "ruff>=0.6",
             "psycopg[binary]>=3.1",
+            # notebooks/ run in a real Jupyter kernel (tests/integration/test_notebooks.py)
+            "nbformat>=5.9",
+            "nbclient>=0.10",
+            "ipykernel>=6.29",
         ],
     },
 )

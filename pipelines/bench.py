@@ -19,6 +19,7 @@ from pathlib import Path
 from pipelines.benchmark.selection import DEFAULT_TIMEOUT_S, Selection
 from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
+from pipelines.report import make_report
 from schemas.config import load_config
 
 EPILOG = """\
@@ -104,6 +105,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
     parser.add_argument(
+        "--report",
+        action="store_true",
+        help="at the end, write RUN_DIR/report/index.html and its figures and log them to the parent MLflow "
+        "run (as python -m pipelines.report RUN_DIR)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="debug logging, and a traceback with each input error"
     )
     args = parser.parse_args(argv)
@@ -151,6 +158,10 @@ def run_command(args: argparse.Namespace, engines: EngineFleet | None) -> int:
             engines=engines,
         )
     print(report.render(tracking_uri))
+    if args.report:
+        print(f"report: {make_report(run_dir).index}")
+    else:
+        print(f"report: python -m pipelines.report {run_dir} (or --report next time)")
     return 0 if report.ok else 1
 
 

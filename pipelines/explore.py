@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
+from pipelines.report import make_report
 from schemas.config import Config, load_config
 
 EPILOG = """\
@@ -81,6 +82,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "nothing",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="at the end, write RUN_DIR/report/index.html and its figures and log them to MLflow "
+        "(as python -m pipelines.report RUN_DIR)",
+    )
     parser.add_argument(
         "-v",
         "--verbose",
@@ -299,8 +306,16 @@ def run_command(args: argparse.Namespace) -> int:
     if cfg.mode == "bench":
         results = Path(run_dir) / "bench_results.md"
         print(f"rftflow bench finished, {'every' if ok else 'not every'} checkpoint measured: {results}")
+        if args.report:
+            print(f"report: {make_report(run_dir).index}")
+        else:
+            print(f"report: python -m pipelines.report {run_dir} (or --report next time)")
         return 0 if ok else 1
     print(summary.render())
+    if args.report:
+        print(f"  report:      {make_report(summary.run_dir).index}")
+    else:
+        print(f"  report:      python -m pipelines.report {summary.run_dir} (or --report next time)")
     return 0
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.benchmark.selection import Failure
+from pipelines.report_lib.plots import bench_figure, save_png
 from schemas.run_dir import BENCH_PLOT, BENCH_RESULTS_CSV, BENCH_RESULTS_MD
 
 TABLE_CSV = BENCH_RESULTS_CSV
@@ -17,7 +18,6 @@ TABLE_MD = BENCH_RESULTS_MD
 PLOT_PNG = BENCH_PLOT
 ESTIMATED = ("accuracy", "mean_at_k", "pass_at_k", "response_length")
 MEASURED = ("tokens_per_s", "failed_tasks", "num_tasks")
-PLOTTED = ("accuracy", "mean_at_k", "pass_at_k", "response_length", "tokens_per_s")
 
 
 def table_rows(records: list[dict[str, Any]], failures: list[Failure]) -> list[dict[str, Any]]:
@@ -82,28 +82,9 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Each metric against the checkpoint step, one line per taskset, its 95% interval shaded."""
-    # no pyplot: no global state, safe off the main thread
-    from matplotlib.figure import Figure  # heavy, deferred: only the plot needs it
-
-    done = [r for r in rows if r["status"] == "ok"]
-    figure = Figure(figsize=(4.2 * len(PLOTTED), 3.6), layout="constrained")
-    axes = figure.subplots(1, len(PLOTTED))
-    for ax, name in zip(axes, PLOTTED, strict=True):
-        for taskset in sorted({r["taskset"] for r in done}):
-            points = sorted((r for r in done if r["taskset"] == taskset), key=lambda r: r["step"])
-            steps = [r["step"] for r in points]
-            ax.plot(steps, [r[name] for r in points], marker="o", label=taskset)
-            if f"{name}_ci_low" in (points[0] if points else {}):
-                low = [r[f"{name}_ci_low"] for r in points]
-                high = [r[f"{name}_ci_high"] for r in points]
-                ax.fill_between(steps, low, high, alpha=0.2)
-        ax.set_title(name.replace("_at_k", "@k"))
-        ax.set_xlabel("checkpoint step")
-        ax.grid(alpha=0.3)
-    if done:
-        axes[0].legend(fontsize="small")
-    figure.savefig(path, dpi=100)
+    """Each metric against the checkpoint step, one line per taskset, its 95% interval shaded: the report's
+    and the notebooks' figure (`pipelines.report_lib.plots.bench_figure`), so it is drawn one way."""
+    save_png(bench_figure(rows), path)
 
 
 def write_outputs(rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Path]:

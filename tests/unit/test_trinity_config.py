@@ -20,6 +20,7 @@ from schemas.errors import InputError
 from schemas.trinity import is_trinity
 
 GSM8K = Path(__file__).with_name("trinity_configs") / "gsm8k_grpo.yaml"
+COUNTDOWN = GSM8K.with_name("countdown_explore.yaml")
 
 
 @pytest.fixture
@@ -85,6 +86,41 @@ def test_every_explorer_side_key_maps_to_its_meaning(trinity_env, caplog):
     assert all(f"{key}: ignored" in notices for key in ignored) and "mode both" in notices
 
 
+def test_the_keys_the_gsm8k_config_leaves_out_map_too(trinity_env, caplog):
+    with caplog.at_level(logging.INFO, logger="schemas.config"):
+        cfg = load_config(COUNTDOWN)
+    taskset = cfg.buffer.explorer_input.taskset
+    assert cfg.mode == "explore" and cfg.ray.address == "10.0.0.1:6379"
+    assert (cfg.buffer.batch_size, cfg.buffer.total_epochs, taskset.repeat_times) == (4, 2, 4)
+    assert (taskset.rollout_args.max_tokens, taskset.rollout_args.top_k) == (32, 20)
+    assert (taskset.default_workflow_type, taskset.default_reward_fn_type) == ("math", "countdown")
+    assert taskset.workflow_args == {"system_prompt": "Reach the target."}
+    rollout = cfg.explorer.rollout_model
+    assert rollout.max_prompt_tokens == 64 and rollout.gpu_memory_utilization == 0.5
+    assert rollout.enable_openai_api and rollout.tool_call_parser == "hermes"
+    assert (cfg.explorer.runner_per_model, cfg.explorer.max_retry_times) == (2, 1)
+    assert not cfg.explorer.eval_on_startup
+    sync = cfg.synchronizer
+    assert (sync.sync_method, sync.sync_style, sync.sync_interval, sync.sync_offset) == (
+        "memory",
+        "dynamic_by_explorer",
+        2,
+        1,
+    )
+    assert cfg.buffer.trainer_input.experience_buffer.storage_type == "parquet"  # storage_type file
+    notices = caplog.text
+    for key in (
+        "algorithm.kl_loss_fn",
+        "cluster.node_num",
+        "model.enable_prompt_truncation",
+        "explorer.rollout_model.enable_thinking",
+        "buffer.explorer_input.taskset.enable_progress_bar",
+        "service",
+    ):
+        assert f"{key}: ignored" in notices, key
+    assert "monitor.monitor_type wandb: rftflow tracks in MLflow" in notices
+
+
 def test_an_unset_variable_with_a_default_takes_it_and_one_without_is_named(trinity_env, monkeypatch):
     monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR")
     cfg = load_config(GSM8K)
@@ -100,6 +136,16 @@ def test_an_unset_variable_with_a_default_takes_it_and_one_without_is_named(trin
     ("changes", "key", "fragment"),
     [
         ({"mode": "train"}, "mode", "not an explorer run"),
+        ({"mode": "serve"}, "mode", "not an explorer run"),
+        ({"mode": "colocate"}, "mode", "not an explorer run"),
+        ({"model": {"model_path": "m", "tinker": {"enable": True}}}, "model.tinker", "Tinker"),
+        ({"model": {"model_path": "m", "external_model": "gpt"}}, "model.external_model", "external"),
+        (
+            {"model": {"model_path": "m", "custom_chat_template": "{{x}}"}},
+            "model.custom_chat_template",
+            "chat",
+        ),
+        ({"synchronizer": {"sync_method": "telepathy"}}, "synchronizer.sync_method", "unknown method"),
         ({"model": {"model_path": "m", "lora_configs": [{"rank": 8}]}}, "model.lora_configs", "LoRA"),
         (
             {"explorer": {"auxiliary_models": [{"model_path": "judge"}]}},

@@ -1,0 +1,128 @@
+"""The run report: `RUN_DIR/report/index.html` with the figures as PNG files beside it.
+
+It is the notebooks' content without Jupyter: the same readers, the same figure functions and the same HTML,
+so what a notebook shows and what the report shows cannot drift apart. The folder is self-contained
+(relative image names), so it can be logged to MLflow, copied or opened from anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.report_lib.experiences import read_eval, read_experiences, storage_type
+from pipelines.report_lib.html import (
+    bench_table_html,
+    image_html,
+    page_html,
+    rollouts_html,
+    table_html,
+)
+from pipelines.report_lib.mlflow_store import failures, metric_histories
+from pipelines.report_lib.plots import (
+    bench_figure,
+    eval_figure,
+    response_length_figure,
+    reward_figure,
+    save_png,
+    throughput_figure,
+    version_figure,
+)
+from pipelines.report_lib.runs import BENCH, Run, bench_rows, token_decoder
+from pipelines.report_lib.summaries import overview, rollout_rows
+
+log = logging.getLogger(__name__)
+
+REPORT_DIR = "report"
+INDEX = "index.html"
+ROLLOUTS_SHOWN = 24
+FAILURE_COLUMNS = ("step", "task_uid", "run_id_base", "attempts", "message")
+
+
+@dataclass
+class Report:
+    """What `write_report` wrote."""
+
+    folder: Path
+    index: Path
+    images: list[Path] = field(default_factory=list)
+
+
+class PageBuilder:
+    """Collects a page's sections, writing each figure as a PNG into the report folder as it goes."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.sections: list[tuple[str, str]] = []
+        self.images: list[Path] = []
+
+    def figure(self, heading: str, file_name: str, figure: Any | None) -> None:
+        """A figure's section (none when the run had nothing to draw)."""
+        if figure is None:
+            return
+        self.images.append(save_png(figure, self.folder / file_name))
+        self.sections.append((heading, image_html(file_name, heading)))
+
+    def html(self, heading: str, content: str) -> None:
+        self.sections.append((heading, content))
+
+
+def explore_facts(run: Run, table: pa.Table, failed: list[dict[str, Any]]) -> dict[str, Any]:
+    """An explore run at a glance: where it is, its MLflow run, its store, and `summaries.overview`."""
+    facts = {"run dir": str(run.root), "MLflow run": run.run_id or "not recorded"}
+    facts["storage"] = storage_type(run.root)
+    return {**facts, **overview(table, failed)}
+
+
+def facts_html(facts: dict[str, Any]) -> str:
+    """Facts as a two-column table."""
+    return table_html([{"": key, "value": value} for key, value in facts.items()])
+
+
+def explore_page(run: Run, page: PageBuilder) -> str:
+    """An explore run's sections; returns the page title."""
+    table = read_experiences(run.root)
+    histories = metric_histories(run)
+    failed = failures(run)
+    page.html("Run", facts_html(explore_facts(run, table, failed)))
+    if len(table):
+        page.figure("Reward, accuracy and format per step", "reward.png", reward_figure(table))
+        page.figure("Response length per step", "response_length.png", response_length_figure(table))
+        page.figure("Model version and staleness", "versions.png", version_figure(table, histories))
+    else:
+        page.html("Experiences", "<p>No committed step yet.</p>")
+    page.figure("Throughput and time per step", "throughput.png", throughput_figure(histories))
+    page.figure("Eval", "eval.png", eval_figure(read_eval(run.root), histories))
+    page.html(f"Failed tasks ({len(failed)})", table_html(failed, FAILURE_COLUMNS))
+    rows = rollout_rows(table, ROLLOUTS_SHOWN)
+    page.html(f"Rollouts (a sample of {len(rows)})", rollouts_html(rows, token_decoder(run.root)))
+    return f"rftflow run {run.root.name}"
+
+
+def bench_page(run: Run, page: PageBuilder) -> str:
+    """A bench run's sections; returns the page title."""
+    rows = bench_rows(run.root)
+    page.html(
+        "Run", facts_html({"run dir": str(run.root), "MLflow parent run": run.run_id or "not recorded"})
+    )
+    page.figure("Metrics per checkpoint, with 95% bootstrap intervals", "bench.png", bench_figure(rows))
+    page.html("Results", bench_table_html(rows))
+    return f"rftflow bench {run.root.name}"
+
+
+def write_report(run: Run) -> Report:
+    """Write `report/` in the run dir afresh (an older report is replaced whole, so no stale figure stays)."""
+    folder = run.root / REPORT_DIR
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    page = PageBuilder(folder)
+    title = bench_page(run, page) if run.kind == BENCH else explore_page(run, page)
+    index = folder / INDEX
+    index.write_text(page_html(title, page.sections), encoding="utf-8")
+    log.info("report written: %s (%d figures)", index, len(page.images))
+    return Report(folder, index, page.images)
