@@ -39,7 +39,7 @@ from pipelines.control.runtime import init_ray
 from pipelines.control.state import ExplorerState, resume_state
 from pipelines.control.step_report import StepReporter
 from pipelines.control.steps import CommittedStep, StalenessBound, StepCommitter, committed_task_uids
-from pipelines.control.stream import committed_steps, drain_in_background, finish_drain
+from pipelines.control.stream import committed_steps
 from pipelines.control.sync_policy import read_trainer_status, release_boundary, sync_due
 from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
 from pipelines.control.weight_sync import CheckpointSource, SyncOutcome, WeightSyncer, open_weight_source
@@ -80,7 +80,6 @@ class Explorer:
         self.eval_plans: dict[str, TasksetPlan] = {}
         self.expected: TensorMetaMap = {}
         self.stream: Iterator[CommittedStep] | None = None
-        self.drained: Future | None = None  # the training dataset's drain (`stream.drain_in_background`)
         self.evals = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rftflow-eval")
         self.pending_evals: dict[int, Future] = {}
         self.logged_evals: set[int] = set()  # steps whose eval this run's MLflow run already holds
@@ -114,9 +113,6 @@ class Explorer:
         if self.fleet is None:
             self.fleet, self.owned = EngineFleet(cfg, self.name), True
             self.fleet.launch()
-        # The stream starts behind a closed gate: Ray Data's pool starts and imports while the engines load
-        # and the tracking store is set up. No task runs, and no fragment is written, before the gate opens.
-        self._start_stream()
         # The tracking store is set up while the engines load their model.
         experiment = cfg.monitor.experiment or cfg.project
         artifacts = RunDir(self.run_dir).mlartifacts
@@ -142,7 +138,7 @@ class Explorer:
         if self.state.latest_step > 0:  # a crash may have come between a commit and its eval or sync
             await asyncio.to_thread(self._publish)  # a queue-fed trainer needs the step for its version
             await self._act_on_step(release=False)
-        self._release_period()
+        self._open_gate()
         self._open_stream()
 
     async def explore(self) -> str:
@@ -189,8 +185,6 @@ class Explorer:
             if actor is not None:
                 ray.kill(actor)
         self.gate = self.hub = None
-        finish_drain(self.drained)
-        self.drained = None
         self._close_feed(drain=ok)  # a failed run's queue goes at once; its committed steps stay in the store
         self.sink.discard_pending()
         self.sink.close()
@@ -452,16 +446,11 @@ class Explorer:
     def gate_name(self) -> str:
         return f"{self.name}/gate"
 
-    def _start_stream(self) -> None:
-        """The step gate actor, closed (every step after the last committed one waits), and the training
-        dataset draining behind it."""
+    def _open_gate(self) -> None:
+        """The step gate actor, with the first period released."""
         gate = ray.remote(StepGate).options(name=self.gate_name, namespace=NAMESPACE, num_cpus=0)
         self.gate = gate.remote(self.state.latest_step)
-        first = self.state.latest_step + 1
-        dataset = explore_dataset(
-            self.config, self.plan, self.fleet.names, self.sink.root, self.gate_name, first
-        )
-        self.drained = drain_in_background(dataset)
+        self._release_period()
 
     def _release_period(self) -> None:
         sync = self.config.synchronizer
@@ -476,8 +465,7 @@ class Explorer:
         answer(self.gate.release.remote(upto), "the step gate (release a period)")
 
     def _open_stream(self) -> None:
-        """The committed-step stream from the step after the last committed one, over the drain started
-        behind the gate (`_start_stream`)."""
+        """The committed-step stream from the step after the last committed one."""
         cfg, first = self.config, self.state.latest_step + 1
         self.reporter = StepReporter(
             cfg, self.monitor, self.plan.total_tasks, self.plan.num_steps, first, self.progress
@@ -491,7 +479,8 @@ class Explorer:
             self.plan, self.sink, first_step=first, rows_per_task=repeats, staleness=staleness,
             committed_uids=committed_task_uids(self.sink) if first > 1 else None,
         )  # fmt: skip
-        self.stream = committed_steps(committer, self.drained, self.gate, self.fleet, self.reporter.reported)
+        dataset = explore_dataset(cfg, self.plan, self.fleet.names, self.sink.root, self.gate_name, first)
+        self.stream = committed_steps(committer, dataset, self.gate, self.fleet, self.reporter.reported)
 
     def _close_bar(self) -> None:
         if self.reporter is not None:

@@ -3,10 +3,9 @@ step gate, and yield each step as the committer commits it."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
@@ -16,9 +15,6 @@ from pipelines.control.fleet import Fleet
 from pipelines.control.steps import CommittedStep, StepCommitter
 
 COLLECT_WAIT_S = 0.5  # how long one collect call waits on the gate for reports
-DRAIN_WAIT_S = 60.0  # how long a shutdown waits for the stream's execution to end
-
-log = logging.getLogger(__name__)
 
 
 def drain_in_background(dataset: Any) -> Future:
@@ -40,26 +36,18 @@ def drain_in_background(dataset: Any) -> Future:
     return drained
 
 
-def finish_drain(drained: Future | None, timeout: float = DRAIN_WAIT_S) -> None:
-    """Wait (bounded) for a drain to end: its last outputs come after the last commit, and a stream whose
-    gate was killed ends with its tasks failing. Once it has ended, Ray Data has removed its forwarding
-    actors, so a shutdown leaves none behind."""
-    if drained is not None and not wait([drained], timeout=timeout).done:
-        log.warning("the training stream did not end within %.0f s of shutdown", timeout)
-
-
 def committed_steps(
     committer: StepCommitter,
-    drained: Future,
+    dataset: Any,
     gate: Any,
     fleet: Fleet,
     on_records: Callable[[pa.Table], None],
 ) -> Iterator[CommittedStep]:
-    """Commit steps as the rollout batches report their records through the gate, from the dataset `drained`
-    runs (`drain_in_background`); `on_records` sees each report (the progress bar). An engine the fleet could
-    not heal, or a stream that fails, ends it."""
+    """Commit steps as the rollout batches report their records through the gate; `on_records` sees each
+    report (the progress bar). An engine the fleet could not heal, or a stream that fails, ends it."""
     if committer.done:
         return
+    drained = drain_in_background(dataset)
     while not committer.done:
         if fleet.error is not None:
             raise fleet.error
