@@ -6,6 +6,10 @@ inside a period overlap freely while no task of the next period runs on weights 
 Finished batches report their sink records through the gate rather than through Ray Data's output: Ray Data
 packs a task's outputs into one block, so a step's records could sit behind a gated later step of the same
 block, and the step that would release it could never commit.
+
+Forwarders enlist here when they start, so the driver that owns the gate knows every actor of its stream and
+can end them at shutdown, whatever state Ray Data's executor is in (a stream started behind a closed gate may
+never have produced a batch).
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ class StepGate:
         self.changed = asyncio.Condition()
         self.reports: list[pa.Table] = []
         self.reported = asyncio.Condition()
+        self.enlisted: dict[str, object] = {}  # actor id (hex) -> handle of each forwarder that started
+
+    def enlist(self, actor_id: str, handle: object) -> None:
+        self.enlisted[actor_id] = handle
+
+    def forwarders(self) -> dict[str, object]:
+        """Every forwarder that enlisted, by actor id: what a shutdown must end."""
+        return dict(self.enlisted)
 
     async def wait(self, step: int) -> int:
         """Return once `step` is released; returns the released step so callers can skip later calls."""

@@ -49,7 +49,10 @@ class RolloutOperator:
         clients = [EngineClient.named(name, restart_timeout) for name in engine_names]
         self._setup(clients, max_timeout, max_retry_times, max_repeat_times_per_runner, batch_timeout)
         if gate_name is not None:
-            self.gate = GateClient(ray.get_actor(gate_name, namespace=NAMESPACE))
+            gate = ray.get_actor(gate_name, namespace=NAMESPACE)
+            context = ray.get_runtime_context()  # enlisted: the gate's owner ends this actor at shutdown
+            ray.get(gate.enlist.remote(context.get_actor_id(), context.current_actor))
+            self.gate = GateClient(gate)
         self.sink_root = sink_root
 
     @classmethod

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +30,21 @@ from operators.sinks.queue import QueueFeed, open_feed
 from operators.tasks.reader import TasksetPlan
 from pipelines.benchmark.session import benchmark_for_explorer
 from pipelines.control.checks import check_inputs, check_run_dir
-from pipelines.control.evaluate import evaluate
+from pipelines.control.eval_schedule import EvalSchedule
 from pipelines.control.fleet import EngineFleet, LoadError, WeightUpdate
-from pipelines.control.metrics import eval_metrics, experience_metrics
+from pipelines.control.metrics import experience_metrics
 from pipelines.control.plan import explore_dataset
 from pipelines.control.resume_check import check_resume
 from pipelines.control.runtime import init_ray
 from pipelines.control.state import ExplorerState, resume_state
 from pipelines.control.step_report import StepReporter
 from pipelines.control.steps import CommittedStep, StalenessBound, StepCommitter, committed_task_uids
-from pipelines.control.stream import committed_steps
+from pipelines.control.stream import (
+    DRAIN_GRACE_S,
+    committed_steps,
+    drain_in_background,
+    end_stream,
+)
 from pipelines.control.sync_policy import read_trainer_status, release_boundary, sync_due
 from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
 from pipelines.control.weight_sync import CheckpointSource, SyncOutcome, WeightSyncer, open_weight_source
@@ -80,9 +85,9 @@ class Explorer:
         self.eval_plans: dict[str, TasksetPlan] = {}
         self.expected: TensorMetaMap = {}
         self.stream: Iterator[CommittedStep] | None = None
-        self.evals = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rftflow-eval")
-        self.pending_evals: dict[int, Future] = {}
-        self.logged_evals: set[int] = set()  # steps whose eval this run's MLflow run already holds
+        self.drained: Future | None = None  # the training dataset's drain (`stream.drain_in_background`)
+        self.forwarders: list[str] = []  # actor ids of the stream's forwarders, each ended at shutdown
+        self.evals = EvalSchedule(config, self.run_dir)
         self.started = time.monotonic()
         self.reporter: StepReporter | None = None
         self.gate: Any = None
@@ -113,6 +118,9 @@ class Explorer:
         if self.fleet is None:
             self.fleet, self.owned = EngineFleet(cfg, self.name), True
             self.fleet.launch()
+        # The stream starts behind a closed gate: Ray Data's pool starts and imports while the engines load
+        # and the tracking store is set up. No task runs, and no fragment is written, before the gate opens.
+        self._start_stream()
         # The tracking store is set up while the engines load their model.
         experiment = cfg.monitor.experiment or cfg.project
         artifacts = RunDir(self.run_dir).mlartifacts
@@ -132,13 +140,13 @@ class Explorer:
         self.feed = open_feed(cfg.buffer.trainer_input.experience_buffer, self.name, self.sink.describe())
         self.sink.discard_pending()  # fragments of steps a crashed run never committed: those tasks run again
         self.state.save(self.run_dir)
-        self.logged_evals = self.monitor.logged_steps("eval/total_time")
-        for step in self._missed_evals():
-            self._start_eval(step)
+        self.evals.attach(self.fleet, self.monitor, self.eval_plans)
+        for step in self.evals.missed(self.state.last_sync_step, self.state.latest_step):
+            self.evals.start(step)
         if self.state.latest_step > 0:  # a crash may have come between a commit and its eval or sync
             await asyncio.to_thread(self._publish)  # a queue-fed trainer needs the step for its version
             await self._act_on_step(release=False)
-        self._open_gate()
+        self._release_period()
         self._open_stream()
 
     async def explore(self) -> str:
@@ -148,7 +156,7 @@ class Explorer:
         while await self.explore_step():
             pass
         await asyncio.to_thread(self._close_feed, True)  # the trainer reads to the end of the stream
-        await self._finish_evals(wait=True)
+        await self.evals.finish(wait=True)
         self._close_bar()
         return self.name
 
@@ -163,13 +171,13 @@ class Explorer:
         await self._act_on_step()
         self.state.task_index = min(done.step * self.config.buffer.batch_size, self.plan.total_tasks)
         self.state.save(self.run_dir)
-        await self._finish_evals(wait=False)
+        await self.evals.finish(wait=False)
         return True
 
     async def _act_on_step(self, release: bool = True) -> None:
         """Start the eval and make the sync that fall due at the latest committed step, each at most once."""
         if self.need_eval():
-            self._start_eval(self.state.latest_step)
+            self.evals.start(self.state.latest_step)
         if await self.need_sync() and self.state.last_sync_step < self.state.latest_step:
             await self.sync_weight()
             if release:
@@ -178,7 +186,10 @@ class Explorer:
     async def shutdown(self) -> None:
         """Stop engines this explorer started, drop uncommitted fragments, close the MLflow run."""
         ok = self.plan is not None and self.state.latest_step >= self.plan.num_steps
-        self.evals.shutdown(wait=False, cancel_futures=True)
+        self.evals.shutdown()
+        grace = DRAIN_GRACE_S if ok else 0.0
+        self.forwarders += end_stream(self.gate, self.drained, grace)  # while their engines still run
+        self.drained = None
         if self.fleet is not None:
             self.fleet.stop() if self.owned else self.fleet.unwatch()
         for actor in (self.gate, self.hub):
@@ -204,64 +215,17 @@ class Explorer:
         )
         return actor.remote(config)
 
-    # -- eval -------------------------------------------------------------------------------------------
+    # -- eval ---------------------------------------------------------------------------------------------
 
     def need_eval(self) -> bool:
-        return self.state.latest_step > 0 and self._eval_due(self.state.latest_step)
-
-    def _eval_due(self, step: int) -> bool:
-        explorer = self.config.explorer
-        due = explorer.eval_on_startup if step == 0 else step % explorer.eval_interval == 0
-        return bool(self.config.buffer.explorer_input.eval_tasksets) and due
-
-    def _missed_evals(self) -> list[int]:
-        """Evals due at committed steps that this run has not logged: a crash cut them short.
-
-        All of them come after the last sync (a sync waits for the running eval), so the engines still hold
-        the version they were due to measure.
-        """
-        steps = range(self.state.last_sync_step, self.state.latest_step + 1)
-        return [s for s in steps if self._eval_due(s) and s not in self.logged_evals]
+        return self.state.latest_step > 0 and self.evals.due(self.state.latest_step)
 
     async def eval(self) -> dict[str, float]:
         """Evaluate every eval taskset now, at the current step, and log the metrics."""
         step = self.state.latest_step
-        metrics = await asyncio.to_thread(self._run_eval, step)
-        self._log_eval(step, metrics)
+        metrics = await asyncio.to_thread(self.evals.run, step)
+        self.evals.log_metrics(step, metrics)
         return metrics
-
-    def _start_eval(self, step: int) -> None:
-        """An eval of `step` in the background, unless one is running or logged (before a crash) already."""
-        eval_tasksets = self.config.buffer.explorer_input.eval_tasksets
-        if eval_tasksets and step not in self.logged_evals and step not in self.pending_evals:
-            self.pending_evals[step] = self.evals.submit(self._run_eval, step)
-
-    async def _finish_evals(self, wait: bool) -> None:
-        for step, future in list(self.pending_evals.items()):
-            if wait or future.done():
-                metrics = await asyncio.wrap_future(future)
-                del self.pending_evals[step]
-                self._log_eval(step, metrics)
-
-    def _run_eval(self, step: int) -> dict[str, float]:
-        """Each eval taskset whole, on the fleet's current weights; experiences kept under eval/step_N/."""
-        started = time.monotonic()
-        metrics: dict[str, float] = {}
-        for taskset in self.config.buffer.explorer_input.eval_tasksets:
-            out = RunDir(self.run_dir).eval_step(step) / f"{taskset.name}.parquet"
-            result = evaluate(self.config, self.fleet, taskset, self.eval_plans[taskset.name], step, out)
-            if len(result.experiences):
-                metrics.update(eval_metrics(taskset.name, result.experiences, taskset.repeat_times))
-            metrics[f"eval/{taskset.name}/failed_tasks"] = float(result.failed_tasks)
-        metrics["eval/total_time"] = time.monotonic() - started
-        return metrics
-
-    def _log_eval(self, step: int, metrics: dict[str, float]) -> None:
-        self.monitor.log_metrics(metrics, step)
-        shown = ", ".join(
-            f"{k.removeprefix('eval/')} {v:.3f}" for k, v in metrics.items() if k.endswith("/mean")
-        )
-        log.info("eval at step %d: %s", step, shown or "no experiences")
 
     # -- weight sync ------------------------------------------------------------------------------------
 
@@ -305,7 +269,7 @@ class Explorer:
         """Load the trainer's newest version into every engine, or keep the current one and say why."""
         if self.syncer is None:
             raise RuntimeError("synchronizer.sync_method is none: there is no weight source to sync from")
-        await self._finish_evals(wait=True)  # an eval measures one version
+        await self.evals.finish(wait=True)  # an eval measures one version
         sync = self.config.synchronizer
         if sync.sync_method == "broadcast" and self.syncer.group is None:
             offer = await asyncio.to_thread(ray.get, self.hub.wait_offer.remote(sync.sync_timeout))
@@ -388,7 +352,7 @@ class Explorer:
         child runs nest under this run and the engines go back to its version; without it, engines start
         here (and stop at `shutdown()`) and the benchmark makes a parent run of its own.
         """
-        await self._finish_evals(wait=True)  # the engines are about to change weights
+        await self.evals.finish(wait=True)  # the engines are about to change weights
         init_ray(self.config.ray, self.ray_address, self.verbose)
         if self.fleet is None:
             self.fleet, self.owned = EngineFleet(self.config, self.name), True
@@ -446,11 +410,16 @@ class Explorer:
     def gate_name(self) -> str:
         return f"{self.name}/gate"
 
-    def _open_gate(self) -> None:
-        """The step gate actor, with the first period released."""
+    def _start_stream(self) -> None:
+        """The step gate actor, closed (every step after the last committed one waits), and the training
+        dataset draining behind it."""
         gate = ray.remote(StepGate).options(name=self.gate_name, namespace=NAMESPACE, num_cpus=0)
         self.gate = gate.remote(self.state.latest_step)
-        self._release_period()
+        first = self.state.latest_step + 1
+        dataset = explore_dataset(
+            self.config, self.plan, self.fleet.names, self.sink.root, self.gate_name, first
+        )
+        self.drained = drain_in_background(dataset)
 
     def _release_period(self) -> None:
         sync = self.config.synchronizer
@@ -465,7 +434,8 @@ class Explorer:
         answer(self.gate.release.remote(upto), "the step gate (release a period)")
 
     def _open_stream(self) -> None:
-        """The committed-step stream from the step after the last committed one."""
+        """The committed-step stream from the step after the last committed one, over the drain started
+        behind the gate (`_start_stream`)."""
         cfg, first = self.config, self.state.latest_step + 1
         self.reporter = StepReporter(
             cfg, self.monitor, self.plan.total_tasks, self.plan.num_steps, first, self.progress
@@ -479,8 +449,7 @@ class Explorer:
             self.plan, self.sink, first_step=first, rows_per_task=repeats, staleness=staleness,
             committed_uids=committed_task_uids(self.sink) if first > 1 else None,
         )  # fmt: skip
-        dataset = explore_dataset(cfg, self.plan, self.fleet.names, self.sink.root, self.gate_name, first)
-        self.stream = committed_steps(committer, dataset, self.gate, self.fleet, self.reporter.reported)
+        self.stream = committed_steps(committer, self.drained, self.gate, self.fleet, self.reporter.reported)
 
     def _close_bar(self) -> None:
         if self.reporter is not None:

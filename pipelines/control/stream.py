@@ -3,9 +3,10 @@ step gate, and yield each step as the committer commits it."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import pyarrow as pa
@@ -15,6 +16,10 @@ from pipelines.control.fleet import Fleet
 from pipelines.control.steps import CommittedStep, StepCommitter
 
 COLLECT_WAIT_S = 0.5  # how long one collect call waits on the gate for reports
+DRAIN_WAIT_S = 60.0  # how long a shutdown waits for the stream's execution to end once its actors are gone
+DRAIN_GRACE_S = 10.0  # how long a finished run's stream may take to end by itself (its last empty outputs)
+
+log = logging.getLogger(__name__)
 
 
 def drain_in_background(dataset: Any) -> Future:
@@ -36,18 +41,39 @@ def drain_in_background(dataset: Any) -> Future:
     return drained
 
 
+def end_stream(gate: Any, drained: Future | None, grace: float = 0.0) -> list[str]:
+    """End a stream: wait up to `grace` for its drain to end by itself, else kill its forwarders (every actor
+    that enlisted at its gate) and wait (bounded) for the drain; returns the forwarders' actor ids.
+
+    Ray Data removes its pool once the executor ends, but a stream started behind a closed gate, or one whose
+    forwarders wait on an engine for its replacement, may not end by itself for minutes. The forwarders are
+    killed while the engines still run, so no call is left waiting on an engine that is going away.
+    """
+    import ray  # heavy, deferred: the stream's helpers import without Ray
+
+    forwarders = (
+        answer(gate.forwarders.remote(), "the step gate (its forwarders)") if gate is not None else {}
+    )
+    if drained is None or wait([drained], timeout=grace).not_done:
+        for handle in forwarders.values():
+            ray.kill(handle, no_restart=True)
+        if drained is not None and wait([drained], timeout=DRAIN_WAIT_S).not_done:
+            log.warning("the training stream did not end within %.0f s of shutdown", DRAIN_WAIT_S)
+    return list(forwarders)
+
+
 def committed_steps(
     committer: StepCommitter,
-    dataset: Any,
+    drained: Future,
     gate: Any,
     fleet: Fleet,
     on_records: Callable[[pa.Table], None],
 ) -> Iterator[CommittedStep]:
-    """Commit steps as the rollout batches report their records through the gate; `on_records` sees each
-    report (the progress bar). An engine the fleet could not heal, or a stream that fails, ends it."""
+    """Commit steps as the rollout batches report their records through the gate, from the dataset `drained`
+    runs (`drain_in_background`); `on_records` sees each report (the progress bar). An engine the fleet could
+    not heal, or a stream that fails, ends it."""
     if committer.done:
         return
-    drained = drain_in_background(dataset)
     while not committer.done:
         if fleet.error is not None:
             raise fleet.error

@@ -118,13 +118,11 @@ def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_complete
 
 
 def run_actors(explorer: Explorer) -> list[str]:
-    """The run's named actors and Ray Data's forwarding actors still alive, by GCS's own list."""
-    alive = [a for a in ray._private.state.actors().values() if a["State"] == "ALIVE"]
-    return [
-        a["Name"] or a["ActorClassName"]
-        for a in alive
-        if a["Name"].startswith(f"{explorer.name}/") or a["ActorClassName"].startswith("MapWorker")
-    ]
+    """The run's named actors and its stream's forwarders (those that enlisted at its gate) still alive, by
+    GCS's own list. Forwarders of other tests' runs in this session's Ray are not the run's to end."""
+    alive = {aid: a for aid, a in ray._private.state.actors().items() if a["State"] == "ALIVE"}
+    named = [a["Name"] for a in alive.values() if a["Name"].startswith(f"{explorer.name}/")]
+    return named + [alive[aid]["ActorClassName"] for aid in explorer.forwarders if aid in alive]
 
 
 def assert_nothing_left(explorer: Explorer, engine_processes: list[int]) -> None:
@@ -133,6 +131,7 @@ def assert_nothing_left(explorer: Explorer, engine_processes: list[int]) -> None
     while any(Path(f"/proc/{pid}").exists() for pid in engine_processes) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert [pid for pid in engine_processes if Path(f"/proc/{pid}").exists()] == []
+    assert explorer.forwarders  # the stream's forwarders enlisted at its gate, and were ended
     # a killed actor is marked dead in GCS's own list a moment after the kill
     while (left := run_actors(explorer)) and time.monotonic() < deadline:
         time.sleep(0.5)
