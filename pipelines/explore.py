@@ -128,11 +128,13 @@ class Summary:
     store: str  # where the committed experiences are: the sink's description
     model_version: int = 0
     step_rewards: dict[int, float] = field(default_factory=dict)
+    skipped_tasks: int = 0  # cut by over-rollout: accounted for, never run again
 
     def render(self) -> str:
         lines = [
             f"rftflow explore finished: {self.steps} steps, {self.experiences} experiences, "
-            f"{self.failed_tasks} failed tasks",
+            f"{self.failed_tasks} failed tasks"
+            + (f", {self.skipped_tasks} skipped by over-rollout" if self.skipped_tasks else ""),
             f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s | "
             f"{self.seconds:.1f} s",
         ]
@@ -212,6 +214,7 @@ def explore(
         store=explorer.sink.describe(),
         model_version=explorer.state.model_version,
         step_rewards=explorer.reporter.step_rewards if explorer.reporter else {},
+        skipped_tasks=totals["skipped"],
     )
 
 

@@ -17,6 +17,7 @@ from schemas.config_base import MAX_INT32, MAX_SECONDS, GivenPath, Strict
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import InputError
 from schemas.interpolation import env_values, hide_env, resolve_env
+from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.trinity import is_trinity, translate
 
 logger = logging.getLogger(__name__)
@@ -205,6 +206,8 @@ class ExplorerConfig(Strict):
             "health_check_timeout",
             "max_engine_restarts",
             "engine_restart_timeout",
+            "over_rollout",
+            "dynamic_timeout",
         }
     )
 
@@ -266,6 +269,8 @@ class ExplorerConfig(Strict):
         description="seconds a replacement may take to start and load the current version; a request to a "
         "lost engine waits this long for it",
     )
+    over_rollout: OverRolloutConfig = OverRolloutConfig()
+    dynamic_timeout: DynamicTimeoutConfig = DynamicTimeoutConfig()
 
 
 class SynchronizerConfig(Strict):

@@ -27,6 +27,14 @@ class TaskInputError(ValueError):
     """A task whose input cannot run as it is (a prompt over the token limit): it fails at once, unretried."""
 
 
+STALE = "stale:"  # the message prefix of a sub-run cancelled because it could no longer commit in time
+
+
+class StaleRequest(RuntimeError):
+    """A request the engine aborted after a sync: its tokens, sampled on a version more than `max_staleness`
+    behind the trainer's newest, could never commit. Its sub-run ends at once, unretried, as stale."""
+
+
 FILE_KINDS = {
     stat.S_IFDIR: "a directory",
     stat.S_IFIFO: "a named pipe (FIFO)",

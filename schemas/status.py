@@ -7,6 +7,7 @@ exactly one result row, ok or not, so a failed one is counted, never dropped.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ RESULT_SCHEMA = pa.schema(
         ("attempts", pa.int32()),
         ("runner", pa.string()),
         ("task_run_time", pa.float64()),
+        ("finished_at", pa.float64()),  # wall clock (time.time()) when the row was made: the step's tail
         ("experiences", pa.list_(pa.struct(list(EXPERIENCE_SCHEMA)))),
     ]
 )
@@ -70,6 +72,7 @@ def result_row(
         "attempts": status.attempts,
         "runner": status.runner,
         "task_run_time": task_run_time,
+        "finished_at": time.time(),
         "experiences": [e.to_row() for e in experiences],
     }
 

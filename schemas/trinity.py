@@ -41,6 +41,7 @@ ENGINE_KEYS = ("engine_num", "tensor_parallel_size", "dtype", "gpu_memory_utiliz
 ENGINE_KEYS += ("enable_openai_api", "tool_call_parser", "reasoning_parser", "enable_chunked_prefill")
 EXPLORER_KEYS = ("runner_per_model", "max_timeout", "max_retry_times", "max_repeat_times_per_runner")
 EXPLORER_KEYS += ("eval_interval", "eval_on_startup", "bench_on_latest_checkpoint")
+TAIL_KEYS = {"over_rollout": ("ratio", "wait_after_min"), "dynamic_timeout": ("enable", "ratio")}
 TASKSET_KEYS = ("name", "path", "rollout_args", "workflow_args", "reward_fn_args", "repeat_times")
 TASKSET_KEYS += ("default_workflow_type", "default_reward_fn_type", "subset_name", "split")
 # The reference's defaults where they differ from rftflow's (Trinity-RFT v0.5.2, trinity/common/config.py).
@@ -246,6 +247,13 @@ class Translation:
         for key in EXPLORER_KEYS:
             if key in explorer:
                 self.put(f"explorer.{key}", explorer[key])
+        for name, keys in TAIL_KEYS.items():  # the reference's over-rollout and dynamic timeout, by sub-key
+            given = explorer.get(name) if isinstance(explorer.get(name), dict) else {}
+            for key, value in given.items():
+                if key in keys:
+                    self.put(f"explorer.{name}.{key}", value)
+                else:
+                    self.ignore(f"explorer.{name}.{key}", "not an rftflow setting")
         if explorer.get("auxiliary_models"):
             self.refuse("explorer.auxiliary_models", "auxiliary models are not supported")
         rollout = dict(explorer.get("rollout_model") or {})
@@ -256,7 +264,11 @@ class Translation:
                 self.put(f"explorer.rollout_model.{key}", rollout[key])
         for key in set(rollout) - set(ENGINE_KEYS):
             self.ignore(f"explorer.rollout_model.{key}", "a vLLM option rftflow sets itself")
-        for key in set(explorer) - set(EXPLORER_KEYS) - {"rollout_model", "auxiliary_models", "max_timeout"}:
+        for key in (
+            set(explorer)
+            - set(EXPLORER_KEYS)
+            - {"rollout_model", "auxiliary_models", "max_timeout", *TAIL_KEYS}
+        ):
             self.ignore(f"explorer.{key}", "not an rftflow explorer setting")
 
     def synchronizer(self) -> None:

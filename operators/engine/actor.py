@@ -24,7 +24,7 @@ from operators.engine.proc_stats import process_tree_memory
 from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
 from operators.engine.transfer import from_wire, stage_state_dict
 from schemas.engine_config import RolloutModelConfig
-from schemas.errors import TaskInputError
+from schemas.errors import StaleRequest, TaskInputError
 
 
 class EngineGone(RuntimeError):
@@ -104,6 +104,12 @@ class VLLMEngine:
         if not closed:
             self.open.set()
         self.in_flight = 0
+        self.busy_s, self.busy_since = 0.0, 0.0  # time with a request in flight: the fleet's idle ratio
+        self.dispatched: dict[
+            str, int
+        ] = {}  # request id -> version at dispatch, of direct requests in flight
+        self.hopeless: set[str] = set()  # ids aborted by `abort_older_than`
+        self.wasted_tokens = 0  # tokens sampled by requests aborted as hopeless
         self.drained = asyncio.Condition()
         self.rollout = rollout
         self.server: OpenAIServer | None = None
@@ -135,13 +141,32 @@ class VLLMEngine:
         """Wait while a weight swap holds new requests back, count this one in flight, and return the model
         version at dispatch (the version its tokens are sampled with: a swap waits for requests in flight)."""
         await self.open.wait()
+        if self.in_flight == 0:
+            self.busy_since = time.monotonic()
         self.in_flight += 1
         return self.model_version
 
     async def release(self) -> None:
         async with self.drained:
             self.in_flight -= 1
+            if self.in_flight == 0:
+                self.busy_s += time.monotonic() - self.busy_since
             self.drained.notify_all()
+
+    async def abort_older_than(self, version: int) -> int:
+        """Abort the direct requests in flight dispatched before `version`: after a sync they cannot commit
+        within the staleness bound, so every token they would still sample is waste. Returns how many."""
+        hopeless = [rid for rid, v in self.dispatched.items() if v < version and rid not in self.hopeless]
+        if hopeless:
+            self.hopeless.update(hopeless)
+            await self.llm.abort(hopeless)
+        return len(hopeless)
+
+    def counters(self) -> dict[str, float]:
+        """Running totals for the per-step metrics: seconds with a request in flight (direct or over HTTP),
+        and tokens sampled by requests aborted as hopeless."""
+        busy = self.busy_s + (time.monotonic() - self.busy_since if self.in_flight else 0.0)
+        return {"busy_s": busy, "wasted_tokens": float(self.wasted_tokens)}
 
     def check_request(self, body: dict[str, Any]) -> None:
         """The prompt rules for an OpenAI API request: refused by its text's length alone, untokenized."""
@@ -267,18 +292,25 @@ class VLLMEngine:
         params = SamplingParams(**sampling, output_kind=RequestOutputKind.FINAL_ONLY)
         params.logprobs = sampling.get("logprobs") or 0
         version = await self.admit()
+        request_id = uuid.uuid4().hex
+        self.dispatched[request_id] = version
         try:
             final = None
-            async for output in self.llm.generate(
-                {"prompt_token_ids": list(prompt_ids)}, params, uuid.uuid4().hex
-            ):
+            async for output in self.llm.generate({"prompt_token_ids": list(prompt_ids)}, params, request_id):
                 final = output
         except Exception as exc:
             if self.llm.errored:  # the core is gone: the request is not lost, it goes to the replacement
                 raise EngineGone(f"vLLM engine core died: {exc}") from None
             raise
         finally:
+            del self.dispatched[request_id]
             await self.release()
+        if request_id in self.hopeless:
+            self.hopeless.discard(request_id)
+            self.wasted_tokens += sum(len(c.token_ids) for c in final.outputs) if final is not None else 0
+            raise StaleRequest(
+                f"sampled on version {version}, which can no longer commit within max_staleness"
+            )
         samples = []
         for choice in final.outputs:
             ids = list(choice.token_ids)

@@ -5,7 +5,8 @@ pending fragments at once, and the batch's records are reported through the step
 
 Pool actors hold only engine handles (looked up by name) and idle resettable workflows; state worth keeping
 lives in engines and the driver. A batch's sub-runs run concurrently, spread over the engines in turn; past
-`batch_timeout` the unfinished ones are cancelled and reported as failed rows, so the step still completes.
+`batch_timeout` the unfinished ones are cancelled and reported as failed rows, so the step still completes;
+with over-rollout, those left once most are done are cancelled and reported as skipped.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import pyarrow as pa
 from operators.actors.gate import GateClient
 from operators.actors.names import NAMESPACE
 from operators.engine.client import EngineClient
+from operators.rollout.over_rollout import SKIPPED, OverRollout
 from operators.rollout.plugins import load_plugins
-from operators.rollout.runner import SubRun, WorkflowRunner, split_task
+from operators.rollout.runner import SubRun, WorkflowRunner, dynamic_runner_timeout, split_task
 from operators.sinks.parquet import write_fragments
+from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.status import results_to_table
 from schemas.task import Task, tasks_from_table
 
@@ -41,13 +44,16 @@ class RolloutOperator:
         gate_name: str | None = None,
         sink_root: str | None = None,
         restart_timeout: float = 600.0,
+        over_rollout: OverRolloutConfig | None = None,
+        dynamic_timeout: DynamicTimeoutConfig | None = None,
     ):
         import ray  # heavy, deferred: the driver imports this module (to build the pool) without Ray
 
         for plugin_dir in plugin_dirs:  # users' workflows must be registered in this worker too
             load_plugins(Path(plugin_dir))
         clients = [EngineClient.named(name, restart_timeout) for name in engine_names]
-        self._setup(clients, max_timeout, max_retry_times, max_repeat_times_per_runner, batch_timeout)
+        runner = WorkflowRunner(max_timeout, max_retry_times, dynamic=dynamic_runner_timeout(dynamic_timeout))
+        self._setup(clients, runner, max_repeat_times_per_runner, batch_timeout, over_rollout)
         if gate_name is not None:
             gate = ray.get_actor(gate_name, namespace=NAMESPACE)
             context = ray.get_runtime_context()  # enlisted: the gate's owner ends this actor at shutdown
@@ -64,27 +70,32 @@ class RolloutOperator:
         max_retry_times: int,
         max_repeat_times_per_runner: int | None = None,
         batch_timeout: float | None = None,
+        over_rollout: OverRolloutConfig | None = None,
+        dynamic_timeout: DynamicTimeoutConfig | None = None,
     ) -> RolloutOperator:
         """An operator over given clients (e.g. in-process engines), without Ray."""
         operator = cls.__new__(cls)
-        operator._setup(clients, max_timeout, max_retry_times, max_repeat_times_per_runner, batch_timeout)
+        runner = WorkflowRunner(max_timeout, max_retry_times, dynamic=dynamic_runner_timeout(dynamic_timeout))
+        operator._setup(clients, runner, max_repeat_times_per_runner, batch_timeout, over_rollout)
         return operator
 
     def _setup(
         self,
         clients: list[EngineClient],
-        max_timeout: float,
-        max_retry_times: int,
+        runner: WorkflowRunner,
         max_repeat_times_per_runner: int | None,
         batch_timeout: float | None,
+        over_rollout: OverRolloutConfig | None,
     ) -> None:
         if not clients:
             raise ValueError("the rollout operator needs at least one engine")
         self.clients = clients
         self.turn = itertools.cycle(clients)
-        self.runner = WorkflowRunner(max_timeout, max_retry_times)
+        self.runner = runner
         self.max_repeat_times_per_runner = max_repeat_times_per_runner
         self.batch_timeout = batch_timeout
+        cut = over_rollout or OverRolloutConfig()
+        self.over_rollout = OverRollout(cut.ratio, cut.wait_after_min)
         self.gate: GateClient | None = None
         self.sink_root: str | None = None
 
@@ -124,16 +135,19 @@ class RolloutOperator:
             return []
         engines = [next(self.turn) for _ in subs]
         runs = [asyncio.ensure_future(self.runner.run(s, e)) for s, e in zip(subs, engines, strict=True)]
+        cut = False
         try:
-            await asyncio.wait(runs, timeout=self.batch_timeout)
-        finally:  # past the deadline, or this call itself cancelled: nothing may keep generating
+            cut = await self.over_rollout.wait(runs, self.batch_timeout)
+        finally:  # past the deadline, cut by over-rollout, or this call itself cancelled: nothing may go on
             await cancel(runs)
         return [
-            self.cancelled_row(sub, engine) if run.cancelled() else run.result()
+            self.cancelled_row(sub, engine, cut) if run.cancelled() else run.result()
             for run, sub, engine in zip(runs, subs, engines, strict=True)
         ]
 
-    def cancelled_row(self, sub: SubRun, engine: EngineClient) -> dict[str, Any]:
+    def cancelled_row(self, sub: SubRun, engine: EngineClient, cut: bool) -> dict[str, Any]:
+        if cut:
+            return sub.failed_row(engine.name, f"{SKIPPED} (ratio {self.over_rollout.ratio:g})")
         return sub.failed_row(engine.name, f"cancelled: batch timeout after {self.batch_timeout:g}s")
 
 

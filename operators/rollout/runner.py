@@ -2,7 +2,8 @@
 
 - A task's repeats are split into sub-runs of at most `max_repeat_times_per_runner`, with run ids kept
   `0..repeat_times-1`; each sub-run is retried on its own and yields its own result row, ok or failed.
-- Each attempt has `max_timeout`; a timed-out attempt is cancelled (the engine aborts the request).
+- Each attempt has `max_timeout`, or with a dynamic timeout a multiple of the mean task time so far; a
+  timed-out attempt is cancelled (the engine aborts the request).
 - A failure is an exception, a timeout, a malformed experience or wrong run ids. The instance that failed is
   dropped, so the next attempt gets a fresh one; otherwise resettable workflows are reused across tasks.
 """
@@ -11,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
 from operators.engine.client import EngineClient
 from operators.workflows.registry import Workflow, run_workflow, workflow_class
-from schemas.errors import TaskInputError
+from schemas.errors import STALE, StaleRequest, TaskInputError
 from schemas.experience import Experience, MalformedExperience
+from schemas.rollout_policy import DynamicTimeoutConfig
 from schemas.status import Status, result_row
 from schemas.task import Task
 
@@ -139,13 +141,47 @@ class WorkflowPool:
             self.idle[task.workflow].append(workflow)
 
 
+class DynamicTimeout:
+    """`min(max_timeout, ratio x mean successful task time)`, once `min_samples` tasks have succeeded.
+
+    The mean is the forwarder's own (its recent tasks), so one slow task cannot hold a step for `max_timeout`
+    while the bound still follows the workload: longer answers after an update raise it with them.
+    """
+
+    def __init__(self, ratio: float, min_samples: int, window: int = 256):
+        self.ratio, self.min_samples = ratio, min_samples
+        self.times: deque[float] = deque(maxlen=window)
+
+    def observe(self, seconds: float) -> None:
+        self.times.append(seconds)
+
+    def bound(self, max_timeout: float) -> float:
+        if len(self.times) < self.min_samples:
+            return max_timeout
+        return min(max_timeout, self.ratio * sum(self.times) / len(self.times))
+
+
+def dynamic_runner_timeout(cfg: DynamicTimeoutConfig | None) -> DynamicTimeout | None:
+    return DynamicTimeout(cfg.ratio, cfg.min_samples) if cfg is not None and cfg.enable else None
+
+
 class WorkflowRunner:
     """Runs sub-runs with a per-attempt timeout and retries; one per forwarder actor, for all its batches."""
 
-    def __init__(self, max_timeout: float, max_retry_times: int, pool: WorkflowPool | None = None):
+    def __init__(
+        self,
+        max_timeout: float,
+        max_retry_times: int,
+        pool: WorkflowPool | None = None,
+        dynamic: DynamicTimeout | None = None,
+    ):
         self.max_timeout = max_timeout
         self.max_retry_times = max_retry_times
         self.pool = pool or WorkflowPool()
+        self.dynamic = dynamic
+
+    def timeout(self) -> float:
+        return self.max_timeout if self.dynamic is None else self.dynamic.bound(self.max_timeout)
 
     async def run(self, sub: SubRun, engine: EngineClient) -> dict[str, Any]:
         """Its result row; only a cancellation from outside (batch timeout) escapes as an exception."""
@@ -153,13 +189,18 @@ class WorkflowRunner:
         message = ""
         for attempt in range(1, self.max_retry_times + 2):
             sub.attempts = attempt
+            timeout, began = self.timeout(), time.monotonic()
             try:
-                experiences = await asyncio.wait_for(self.attempt(sub, engine), timeout=self.max_timeout)
+                experiences = await asyncio.wait_for(self.attempt(sub, engine), timeout=timeout)
+                if self.dynamic is not None:
+                    self.dynamic.observe(time.monotonic() - began)
                 return sub.ok_row(engine.name, experiences)
             except TimeoutError:
-                message = f"attempt {attempt} timed out after {self.max_timeout:g}s"
+                message = f"attempt {attempt} timed out after {round(timeout, 3):g}s"
             except TaskInputError as exc:  # the same input would fail again: no retry
                 return sub.failed_row(engine.name, f"attempt {attempt}: {describe(exc)}")
+            except StaleRequest as exc:  # it could never commit in time: a retry would be as stale
+                return sub.failed_row(engine.name, f"{STALE} attempt {attempt}: {describe(exc)}")
             except Exception as exc:  # a workflow bug must cost one sub-run, not the run
                 message = f"attempt {attempt}: {describe(exc)}"
         return sub.failed_row(engine.name, message)

@@ -180,8 +180,8 @@ class Explorer:
             self.evals.start(self.state.latest_step)
         if await self.need_sync() and self.state.last_sync_step < self.state.latest_step:
             await self.sync_weight()
-            if release:
-                await asyncio.to_thread(self._release_period)
+        if release:  # a sync opens the next period; any commit moves the staleness window on
+            await asyncio.to_thread(self._release_period)
 
     async def shutdown(self) -> None:
         """Stop engines this explorer started, drop uncommitted fragments, close the MLflow run."""
@@ -288,6 +288,10 @@ class Explorer:
                 outcome.reason,
             )
         self.monitor.log_metrics(outcome.metrics(self.state.sync_failures), self.state.latest_step)
+        if sync.max_staleness is not None:  # what can no longer commit in time stops sampling now
+            floor = self._reference_version() - sync.max_staleness
+            if aborted := await asyncio.to_thread(self.fleet.abort_older_than, floor):
+                log.info("cancelled %d requests sampled before version %d (max_staleness)", aborted, floor)
         return outcome
 
     async def setup_weight_sync_group(
@@ -430,6 +434,7 @@ class Explorer:
             num_steps=self.plan.num_steps,
             interval=sync.sync_interval,
             offset=sync.sync_offset,
+            max_staleness=sync.max_staleness,
         )
         answer(self.gate.release.remote(upto), "the step gate (release a period)")
 
@@ -438,8 +443,9 @@ class Explorer:
         behind the gate (`_start_stream`)."""
         cfg, first = self.config, self.state.latest_step + 1
         self.reporter = StepReporter(
-            cfg, self.monitor, self.plan.total_tasks, self.plan.num_steps, first, self.progress
-        )
+            cfg, self.monitor, self.plan.total_tasks, self.plan.num_steps, first, self.progress,
+            self.fleet.counters,
+        )  # fmt: skip
         self.started = time.monotonic()
         repeats = runs_per_task(
             cfg.buffer.explorer_input.taskset.repeat_times, cfg.explorer.max_repeat_times_per_runner

@@ -30,6 +30,7 @@ from schemas.errors import InputError
 
 log = logging.getLogger(__name__)
 NAME_FREE_S = 10.0  # how long the old actor's name may take to be released after it is killed
+COUNTERS_CALL_S = 5.0  # counter reads and aborts are quick: an engine silent for 5 s is left out
 
 
 class EngineLost(RuntimeError):
@@ -329,6 +330,18 @@ class EngineFleet:
         with self.lock:
             answer(calls, "the engines (join the weight-sync group)", timeout + ACTOR_CALL_S)
             self.group = {"address": address, "port": port}
+
+    def counters(self) -> dict[str, float]:
+        """The engines' running totals, summed (`VLLMEngine.counters`); a replaced engine counts afresh."""
+        answered, _ = gather([h.counters.remote() for h in self.handles], COUNTERS_CALL_S)
+        return {key: sum(c[key] for c in answered.values()) for key in ("busy_s", "wasted_tokens")}
+
+    def abort_older_than(self, version: int) -> int:
+        """Abort, on every engine, the requests dispatched before `version`; returns how many."""
+        answered, errors = gather([h.abort_older_than.remote(version) for h in self.handles], COUNTERS_CALL_S)
+        for error in errors:
+            log.warning("aborting hopeless requests: %s", error)
+        return int(sum(answered.values()))
 
     # -- health ------------------------------------------------------------------------------------------
 

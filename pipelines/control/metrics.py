@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.rollout.eval_metrics import mean_at_k, pass_at_k
+from operators.rollout.over_rollout import SKIPPED
+from schemas.errors import STALE
 
 SAMPLE_COLUMNS = ("uid", "model_version", "prompt_text", "response_text", "truth", "reward", "finish_reason")
 FAILURE_COLUMNS = ("task_uid", "run_id_base", "repeat_times", "attempts", "message")
@@ -61,9 +64,25 @@ def step_metrics(
         **stats("rollout/staleness", staleness),
         "rollout/stale_dropped": float(dropped_stale),
         "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-        "rollout/failed_tasks": float(len(records) - (pc.sum(records.column("ok")).as_py() or 0)),
+        "rollout/failed_tasks": float(len(failed_records(records))),
+        "rollout/skipped_tasks": float(pc.sum(ended_early(records, SKIPPED)).as_py() or 0),
+        "rollout/stale_cancelled": float(pc.sum(ended_early(records, STALE)).as_py() or 0),
         "time/step": seconds,
+        "time/rollout_tail": rollout_tail(records),
     }
+
+
+def ended_early(records: pa.Table, prefix: str) -> pa.Array:
+    """Which sub-runs ended on purpose, by their message: skipped by over-rollout, or cancelled as stale."""
+    return pc.starts_with(pc.fill_null(records.column("message"), ""), prefix)
+
+
+def rollout_tail(records: pa.Table, share: float = 0.9) -> float:
+    """Seconds from when `share` of the step's sub-runs had finished to when the last one did: the tail."""
+    ends = sorted(records.column("finished_at").to_pylist())
+    if len(ends) < 2:
+        return 0.0
+    return ends[-1] - ends[math.ceil(share * len(ends)) - 1]
 
 
 def sample_table(experiences: pa.Table, limit: int) -> dict[str, list[Any]]:
@@ -71,10 +90,15 @@ def sample_table(experiences: pa.Table, limit: int) -> dict[str, list[Any]]:
     return experiences.select(list(SAMPLE_COLUMNS)).slice(0, limit).to_pydict()
 
 
+def failed_records(records: pa.Table) -> pa.Table:
+    """The step's failed sub-runs: not ok, and not ended on purpose (over-rollout, staleness)."""
+    on_purpose = pc.or_(ended_early(records, SKIPPED), ended_early(records, STALE))
+    return records.filter(pc.and_(pc.invert(records.column("ok")), pc.invert(on_purpose)))
+
+
 def failure_table(records: pa.Table) -> dict[str, list[Any]]:
     """Every failed sub-run of the step with its message, kept in MLflow, not only printed."""
-    failed = records.filter(pc.invert(records.column("ok")))
-    return failed.select(list(FAILURE_COLUMNS)).to_pydict()
+    return failed_records(records).select(list(FAILURE_COLUMNS)).to_pydict()
 
 
 def eval_metrics(taskset: str, experiences: pa.Table, repeat_times: int) -> dict[str, float]:

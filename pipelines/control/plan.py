@@ -35,6 +35,8 @@ def rollout(
             "gate_name": gate_name,
             "sink_root": None if sink_root is None else str(sink_root),
             "restart_timeout": explorer.engine_restart_timeout,
+            "over_rollout": explorer.over_rollout if gate_name is not None else None,  # training steps only
+            "dynamic_timeout": explorer.dynamic_timeout,
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",

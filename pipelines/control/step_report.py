@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from pipelines.control.metrics import failure_table, sample_table, step_metrics
+from pipelines.control.metrics import failed_records, failure_table, sample_table, step_metrics
 from pipelines.control.steps import CommittedStep
 from pipelines.control.tracking import MlflowMonitor
 from schemas.config import Config
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 
 def failure_messages(records: pa.Table, limit: int = 3) -> list[str]:
     """A few failed tasks' messages, so a failing workflow is visible while the run goes on."""
-    failed = records.filter(pc.invert(records.column("ok")))
+    failed = failed_records(records)
     rows = failed.select(["task_uid", "message"]).slice(0, limit).to_pylist()
     more = len(failed) - len(rows)
     return [f"{r['task_uid']}: {r['message']}" for r in rows] + ([f"... and {more} more"] if more > 0 else [])
@@ -38,8 +39,12 @@ class StepReporter:
         num_steps: int,
         first_step: int,
         progress: bool = True,
+        counters: Callable[[], dict[str, float]] | None = None,
     ):
+        """`counters`: the engines' running totals (`EngineFleet.counters`), read at each commit."""
         self.cfg, self.monitor, self.num_steps = cfg, monitor, num_steps
+        self.counters = counters
+        self.last = counters() if counters is not None else {}
         done_tasks = min((first_step - 1) * cfg.buffer.batch_size, total_tasks)
         self.bar = tqdm(
             total=total_tasks,
@@ -50,7 +55,7 @@ class StepReporter:
             disable=not progress,
         )
         self.started = time.monotonic()
-        self.totals = {"experiences": 0, "rewards": 0.0, "tokens": 0, "failed": 0}
+        self.totals = {"experiences": 0, "rewards": 0.0, "tokens": 0, "failed": 0, "skipped": 0}
         self.step_rewards: dict[int, float] = {}
 
     def reported(self, records: pa.Table) -> None:
@@ -62,6 +67,8 @@ class StepReporter:
             done.experiences, done.records, done.seconds, done.reference_version, done.dropped_stale
         )
         metrics["engine/restarts"] = float(engine_restarts)
+        if self.counters is not None:
+            metrics.update(self.engine_metrics(done.seconds))
         if done.dropped_stale:
             log.warning(
                 "step %d: dropped %d experiences more than %s versions behind version %d",
@@ -81,6 +88,7 @@ class StepReporter:
         totals["rewards"] += pc.sum(done.experiences.column("reward")).as_py() or 0.0
         totals["tokens"] += pc.sum(pc.list_value_length(done.experiences.column("response_ids"))).as_py() or 0
         totals["failed"] += int(metrics["rollout/failed_tasks"])
+        totals["skipped"] += int(metrics["rollout/skipped_tasks"])
         if "rollout/reward/mean" in metrics:
             self.step_rewards[done.step] = metrics["rollout/reward/mean"]
         for message in failure_messages(done.records):
@@ -90,6 +98,19 @@ class StepReporter:
             tok_s=f"{totals['tokens'] / max(time.monotonic() - self.started, 1e-9):.0f}",
             reward=f"{metrics.get('rollout/reward/mean', float('nan')):.2f}",
         )
+
+    def engine_metrics(self, seconds: float) -> dict[str, float]:
+        """Since the last commit: engine time with nothing in flight over wall time across the engines, and
+        tokens sampled by requests aborted as hopeless (a replaced engine counts afresh: hence the floor)."""
+        now = self.counters()
+        delta = {key: max(0.0, now.get(key, 0.0) - self.last.get(key, 0.0)) for key in now}
+        self.last = now
+        engines = self.cfg.explorer.rollout_model.engine_num
+        idle = 1.0 - delta.get("busy_s", 0.0) / (seconds * engines) if seconds > 0 else 0.0
+        return {
+            "rollout/idle_ratio": min(1.0, max(0.0, idle)),
+            "rollout/wasted_tokens": delta.get("wasted_tokens", 0.0),
+        }
 
     def close(self) -> None:
         self.bar.close()

@@ -72,18 +72,31 @@ def read_trainer_status(source: str | None) -> TrainerStatus:
 
 
 def release_boundary(
-    method: str, style: str, *, latest_step: int, num_steps: int, interval: int, offset: int = 0
+    method: str,
+    style: str,
+    *,
+    latest_step: int,
+    num_steps: int,
+    interval: int,
+    offset: int = 0,
+    max_staleness: int | None = None,
 ) -> int:
     """The last step whose tasks may start now: up to and including the next step after which a sync is due.
 
     Without a weight source everything is released. `dynamic_by_trainer` cannot know its next sync ahead, so
-    it is not gated here (the staleness bound at the sink limits it instead).
+    it is not gated by period. Admission by staleness caps every style with a weight source: a task more than
+    `max_staleness + offset + 1` steps ahead of the last commit would commit on weights the trainer has left
+    that many versions behind, so it does not start (what it would sample is dropped at commit anyway).
     """
-    if method == "none" or style == "dynamic_by_trainer":
+    if method == "none":
         return num_steps
-    step = latest_step + 1
-    while step < num_steps and not sync_due(
-        style, step, interval=interval, offset=offset, last_sync_step=latest_step
-    ):
-        step += 1
-    return min(step, num_steps)
+    upto = num_steps
+    if style != "dynamic_by_trainer":
+        upto = latest_step + 1
+        while upto < num_steps and not sync_due(
+            style, upto, interval=interval, offset=offset, last_sync_step=latest_step
+        ):
+            upto += 1
+    if max_staleness is not None:
+        upto = min(upto, latest_step + max_staleness + offset + 1)
+    return min(upto, num_steps)

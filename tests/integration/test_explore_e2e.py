@@ -18,6 +18,10 @@ STEP_METRICS = (
     "rollout/response_length/mean",
     "rollout/tokens_per_s",
     "pipeline/experience_count",
+    "time/rollout_tail",
+    "rollout/idle_ratio",
+    "rollout/wasted_tokens",
+    "rollout/skipped_tasks",
 )
 
 
@@ -63,6 +67,9 @@ def test_mlflow_run_has_every_metric_at_every_step(run):
     for name in STEP_METRICS:
         steps = [m.step for m in client.get_metric_history(summary.mlflow_run_id, name)]
         assert sorted(steps) == [1, 2], name
+    idle = [m.value for m in client.get_metric_history(summary.mlflow_run_id, "rollout/idle_ratio")]
+    # measured between commits: steps overlap (no sync here), so a step may commit with its work done earlier
+    assert all(0.0 <= v <= 1.0 for v in idle) and min(idle) < 1.0
     params = client.get_run(summary.mlflow_run_id).data.params
     assert params["buffer.batch_size"] == str(BATCH)
     samples = [f.path for f in client.list_artifacts(summary.mlflow_run_id, "samples")]

@@ -158,3 +158,41 @@ def test_split_agent_trajectories_are_written_exactly_once_across_a_crash_resume
     assert resumed.returncode == 0, output[-3000:]
     got = keys(run_dir)
     assert len(got) == len(set(got)) and sorted(got) == sorted(expected)
+
+
+@pytest.mark.timeout(900)  # two explore processes, each starting an engine
+def test_over_rollout_accounts_for_every_task_once_across_a_crash_resume(engines, tmp_path):
+    """With over-rollout, each step commits once half its tasks are done; the rest are skipped. Across a
+    SIGKILL and a resume, no key is written twice, every committed task has all its samples, no task is in
+    two steps, and each step's committed, skipped and failed tasks add up to the step's tasks."""
+    cfg = load_config(None, [*BASE, f"buffer.total_steps={STEPS}", "explorer.over_rollout.ratio=0.5"])
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    run_dir = tmp_path / "crashed"
+    kill_at_random_moment(start_explore(config, run_dir), run_dir, random.Random(SEED))
+    assert len(ParquetSink(run_dir / "experiences").committed_steps()) < STEPS
+    resumed = start_explore(config, run_dir)
+    output = resumed.communicate(timeout=900)[0].decode()
+    assert resumed.returncode == 0, output[-3000:]
+
+    got = keys(run_dir)
+    assert len(got) == len(set(got))  # nothing twice
+    sink = ParquetSink(run_dir / "experiences")
+    steps_of: dict[str, set[int]] = {}
+    for step in sink.committed_steps():
+        table = sink.read_step(step).select(["task_uid", "run_id"]).to_pylist()
+        runs: dict[str, set[int]] = {}
+        for row in table:
+            runs.setdefault(row["task_uid"], set()).add(row["run_id"])
+            steps_of.setdefault(row["task_uid"], set()).add(step)
+        assert all(ids == {0, 1} for ids in runs.values())  # whole groups only: a cut task left nothing
+    assert all(len(s) == 1 for s in steps_of.values())  # no task in two steps
+
+    client = MlflowClient(f"sqlite:///{run_dir.resolve() / 'mlflow.db'}")
+    run_id = ExplorerState.load(run_dir).mlflow_run_id
+    skipped = {m.step: m.value for m in client.get_metric_history(run_id, "rollout/skipped_tasks")}
+    failed = {m.step: m.value for m in client.get_metric_history(run_id, "rollout/failed_tasks")}
+    assert sum(skipped.values()) > 0  # over-rollout really cut tasks
+    for step, cut in skipped.items():  # steps committed just before the kill are relogged without records
+        committed = {uid for uid, s in steps_of.items() if step in s}
+        assert len(committed) + cut + failed[step] == cfg.buffer.batch_size, f"step {step}"

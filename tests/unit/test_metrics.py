@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from unit_factories import make_experience, make_results
 
-from pipelines.control.metrics import SAMPLE_COLUMNS, sample_table, step_metrics
+from operators.rollout.over_rollout import SKIPPED
+from pipelines.control.metrics import SAMPLE_COLUMNS, failure_table, rollout_tail, sample_table, step_metrics
+from schemas.errors import STALE
 from schemas.experience import EXPERIENCE_SCHEMA, experiences_to_table
 
 
@@ -25,7 +28,11 @@ def experiences():
 @pytest.fixture
 def records():
     """Task records of the step: two ok tasks and one failed."""
-    return make_results([("a", 1, 2), ("b", 1, 1), ("c", 1, 0)]).select(["task_uid", "step", "ok"])
+    table = make_results([("a", 1, 2), ("b", 1, 1), ("c", 1, 0)])
+    table = table.set_column(
+        table.schema.get_field_index("finished_at"), "finished_at", pa.array([1.0, 2.0, 3.0])
+    )
+    return table.select(["task_uid", "step", "ok", "message", "finished_at"])
 
 
 def test_step_metrics_values(experiences, records):
@@ -51,8 +58,33 @@ def test_step_metrics_values(experiences, records):
             "rollout/staleness/max": 3,
             "rollout/staleness/min": 0,
             "rollout/stale_dropped": 2.0,
+            "rollout/skipped_tasks": 0.0,
+            "rollout/stale_cancelled": 0.0,
+            "time/rollout_tail": 0.0,  # of 3 sub-runs, the last 10% is the last one alone
         }
     )
+
+
+def with_messages(records: pa.Table, messages: list[str | None]) -> pa.Table:
+    ok = [m is None for m in messages]
+    records = records.set_column(records.schema.get_field_index("ok"), "ok", pa.array(ok))
+    return records.set_column(records.schema.get_field_index("message"), "message", pa.array(messages))
+
+
+def test_sub_runs_ended_on_purpose_are_counted_apart_from_failures(experiences):
+    records = make_results([("a", 1, 2), ("b", 1, 1), ("c", 1, 0)])
+    messages = [f"{SKIPPED} (ratio 0.25)", f"{STALE} attempt 1: StaleRequest: sampled on version 0", "boom"]
+    metrics = step_metrics(experiences, with_messages(records, messages), seconds=1.0)
+    assert metrics["rollout/skipped_tasks"] == 1.0
+    assert metrics["rollout/stale_cancelled"] == 1.0
+    assert metrics["rollout/failed_tasks"] == 1.0
+    assert failure_table(with_messages(records, messages))["message"] == ["boom"]
+
+
+def test_rollout_tail_is_the_time_the_last_tenth_of_sub_runs_took():
+    ends = pa.table({"finished_at": [100.0 + i for i in range(9)] + [130.0]})
+    assert rollout_tail(ends) == pytest.approx(22.0)  # from the 9th of 10 (at 108) to the last (at 130)
+    assert rollout_tail(ends.slice(0, 1)) == 0.0
 
 
 def test_zero_seconds_gives_zero_throughput(experiences, records):
@@ -66,8 +98,11 @@ def test_metrics_of_a_step_where_every_task_failed(records):
         "rollout/tokens_per_s": 0.0,
         "rollout/failed_tasks": 1.0,
         "rollout/stale_dropped": 0.0,
+        "rollout/skipped_tasks": 0.0,
+        "rollout/stale_cancelled": 0.0,
         "pipeline/experience_count": 0.0,
         "time/step": 2.0,
+        "time/rollout_tail": 0.0,
     }
 
 

@@ -58,6 +58,27 @@ def test_release_boundary(method, style, latest, interval, offset, expected):
     assert got == expected
 
 
+@pytest.mark.parametrize(
+    "method,style,latest,interval,offset,max_staleness,expected",
+    [
+        ("checkpoint", "dynamic_by_trainer", 0, 1, 0, 1, 2),  # nothing more than 2 steps ahead starts
+        ("checkpoint", "dynamic_by_trainer", 4, 1, 1, 0, 6),  # the offset widens the window
+        ("checkpoint", "fixed", 0, 5, 0, 1, 2),  # a long period is cut by the window
+        ("checkpoint", "fixed", 0, 1, 0, 3, 1),  # the period is tighter than the window
+        ("checkpoint", "dynamic_by_trainer", 9, 1, 0, 2, 10),  # capped at the last step
+        ("none", "fixed", 0, 1, 0, 0, 10),  # no weight source: no version can go stale
+    ],
+)
+def test_admission_by_staleness_caps_the_release(
+    method, style, latest, interval, offset, max_staleness, expected
+):
+    got = release_boundary(
+        method, style, latest_step=latest, num_steps=10, interval=interval, offset=offset,
+        max_staleness=max_staleness,
+    )  # fmt: skip
+    assert got == expected
+
+
 def test_collect_hands_each_report_out_once():
     first, second = pa.table({"step": [1]}), pa.table({"step": [2, 2]})
 
