@@ -46,6 +46,17 @@ def trajectory_splits(experiences: pa.Table) -> int:
     return sum(json.loads(m).get("trajectory_split", 0.0) > 0 for m in later.column("metrics").to_pylist())
 
 
+def filtered_metrics(records: pa.Table) -> dict[str, float]:
+    """`rollout/filtered/<op>`: the experiences each experience op dropped in the step (never written)."""
+    if "filtered" not in records.column_names:
+        return {}
+    totals: dict[str, float] = {}
+    for counts in records.column("filtered").to_pylist():
+        for name, count in counts or []:
+            totals[f"rollout/filtered/{name}"] = totals.get(f"rollout/filtered/{name}", 0.0) + count
+    return totals
+
+
 def step_metrics(
     experiences: pa.Table,
     records: pa.Table,
@@ -53,7 +64,8 @@ def step_metrics(
     reference_version: int = 0,
     dropped_stale: int = 0,
 ) -> dict[str, float]:
-    """Experience metrics plus throughput, failures and staleness against the trainer's newest version."""
+    """Experience metrics plus throughput, failures, what the experience ops dropped, and staleness against
+    the trainer's newest version."""
     tokens = pc.sum(pc.list_value_length(experiences.column("response_ids"))).as_py() or 0
     staleness = pc.subtract(pa.scalar(reference_version, pa.int64()), experiences.column("model_version"))
     return {
@@ -62,6 +74,7 @@ def step_metrics(
         "rollout/stale_dropped": float(dropped_stale),
         "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
         "rollout/failed_tasks": float(len(records) - (pc.sum(records.column("ok")).as_py() or 0)),
+        **filtered_metrics(records),
         "time/step": seconds,
     }
 
