@@ -183,15 +183,18 @@ def explore(
     )
 
     async def run() -> None:
-        trainer = None
+        trainer = follower = None
         try:
             await explorer.prepare()
             if with_trainer:
                 trainer = start_trainer(explorer, trainer_lr)
+                follower = follow_trainer(trainer, explorer.monitor)
             await explorer.explore()
             if trainer is not None and cfg.synchronizer.sync_method == "checkpoint":
                 await finish_trainer(trainer, cfg.synchronizer.sync_timeout)
         finally:
+            if follower is not None:
+                await stop_following(*follower)
             if trainer is not None:
                 stop_trainer(trainer)
             await explorer.shutdown()
@@ -251,6 +254,23 @@ def start_trainer(explorer, lr: float | None = None) -> tuple:
         **({} if lr is None else {"lr": lr}),
     )
     return start_trainer_actor(options)
+
+
+def follow_trainer(trainer: tuple, monitor) -> tuple:
+    """The trainer's `train/*` metrics logged into this run's MLflow run as steps are trained."""
+    from pipelines.control.trainer_log import TrainerLog  # deferred with the rest of the driver (Ray, MLflow)
+
+    actor, _ = trainer
+    log = TrainerLog(actor, monitor)
+    return log, asyncio.create_task(log.follow())
+
+
+async def stop_following(log, task: asyncio.Task) -> None:
+    """Stop pulling, then take what the trainer made since the last pull."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure is said by last_pull's
+        await task
+    await asyncio.to_thread(log.last_pull)
 
 
 async def finish_trainer(trainer: tuple, timeout: float) -> None:
