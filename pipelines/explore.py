@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
@@ -256,7 +257,7 @@ def start_trainer(explorer, lr: float | None = None) -> tuple:
     return start_trainer_actor(options)
 
 
-def follow_trainer(trainer: tuple, monitor) -> tuple:
+def follow_trainer(trainer: tuple, monitor: Any) -> tuple:
     """The trainer's `train/*` metrics logged into this run's MLflow run as steps are trained."""
     from pipelines.control.trainer_log import TrainerLog  # deferred with the rest of the driver (Ray, MLflow)
 
@@ -265,12 +266,12 @@ def follow_trainer(trainer: tuple, monitor) -> tuple:
     return log, asyncio.create_task(log.follow())
 
 
-async def stop_following(log, task: asyncio.Task) -> None:
+async def stop_following(log: Any, task: asyncio.Task) -> None:
     """Stop pulling, then take what the trainer made since the last pull."""
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure is said by last_pull's
         await task
-    await asyncio.to_thread(log.last_pull)
+    log.last_pull()  # on the event loop, as every MLflow call of the run
 
 
 async def finish_trainer(trainer: tuple, timeout: float) -> None:
