@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
@@ -185,15 +186,18 @@ def explore(
     )
 
     async def run() -> None:
-        trainer = None
+        trainer = follower = None
         try:
             await explorer.prepare()
             if with_trainer:
                 trainer = start_trainer(explorer, trainer_lr)
+                follower = follow_trainer(trainer, explorer.monitor)
             await explorer.explore()
             if trainer is not None and cfg.synchronizer.sync_method == "checkpoint":
                 await finish_trainer(trainer, cfg.synchronizer.sync_timeout)
         finally:
+            if follower is not None:
+                await stop_following(*follower)
             if trainer is not None:
                 stop_trainer(trainer)
             await explorer.shutdown()
@@ -254,6 +258,23 @@ def start_trainer(explorer, lr: float | None = None) -> tuple:
         **({} if lr is None else {"lr": lr}),
     )
     return start_trainer_actor(options)
+
+
+def follow_trainer(trainer: tuple, monitor: Any) -> tuple:
+    """The trainer's `train/*` metrics logged into this run's MLflow run as steps are trained."""
+    from pipelines.control.trainer_log import TrainerLog  # deferred with the rest of the driver (Ray, MLflow)
+
+    actor, _ = trainer
+    log = TrainerLog(actor, monitor)
+    return log, asyncio.create_task(log.follow())
+
+
+async def stop_following(log: Any, task: asyncio.Task) -> None:
+    """Stop pulling, then take what the trainer made since the last pull."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure is said by last_pull's
+        await task
+    log.last_pull()  # on the event loop, as every MLflow call of the run
 
 
 async def finish_trainer(trainer: tuple, timeout: float) -> None:

@@ -16,6 +16,7 @@ from schemas.bounded_yaml import parse_yaml, read_config_file
 from schemas.config_base import MAX_INT32, MAX_SECONDS, GivenPath, Strict
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import InputError
+from schemas.experience_ops import ExperienceOpConfig
 from schemas.interpolation import env_values, hide_env, resolve_env
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.trinity import is_trinity, translate
@@ -114,6 +115,11 @@ class ExplorerInput(Strict):
     )
     default_eval_workflow_type: str = Field(
         "eval_math", description="workflow of eval tasksets that name none"
+    )
+    experience_ops: list[ExperienceOpConfig] = Field(
+        [],
+        description="ops run on each task's finished samples before they are written, in order: "
+        "`{name, args}` each (see Experience ops); training steps only, never evals",
     )
 
     def workflow_for(self, taskset: TasksetConfig, is_eval: bool) -> str:

@@ -25,6 +25,9 @@ class Status:
     runner: str = ""
 
 
+# What the experience ops dropped of one sub-run's experiences: op name -> how many.
+FILTERED_TYPE = pa.map_(pa.string(), pa.int64())
+
 RESULT_SCHEMA = pa.schema(
     [
         ("task_uid", pa.string()),

@@ -4,8 +4,8 @@ the YAML as it is.
 Each explorer-side key maps to the rftflow key with its meaning; where the two systems' defaults differ, the
 reference's apply (Trinity's configs were written against them). Trainer-side sections are ignored with one
 notice each. Explorer features rftflow lacks are refused with the key and the reason, since running without
-them would write different experiences. OmegaConf interpolation (`${oc.env:VAR,default}`, `${a.b}`) is
-resolved with OmegaConf itself first.
+them would write different experiences; the experience pipeline's two reward filters become experience ops.
+OmegaConf interpolation (`${oc.env:VAR,default}`, `${a.b}`) is resolved with OmegaConf itself first.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ SYNC_METHODS = {
     "offline": "checkpoint",
 }
 SYNC_METHODS["memory"] = "memory"
+# The reference's reward filters, as (op, argument its `threshold` becomes): both keep what they kept there.
+OPERATORS = {
+    "reward_filter": ("reward_filter", "min_reward"),
+    "reward_std_filter": ("reward_std_filter", "threshold"),
+}
 SYNC_STYLES = {"trainer_driven": "dynamic_by_trainer", "explorer_driven": "dynamic_by_explorer"}
 SAMPLING = ("temperature", "top_p", "top_k", "logprobs")
 ENGINE_KEYS = ("engine_num", "tensor_parallel_size", "dtype", "gpu_memory_utilization", "seed")
@@ -302,14 +307,24 @@ class Translation:
             self.notices.append(f"monitor.monitor_type {kind}: rftflow tracks in MLflow")
 
     def data_processor(self) -> None:
+        """The reference's two reward filters become rftflow's experience ops; any other operator would write
+        different experiences, so it is refused."""
         processor = dict(self.src.get("data_processor") or {})
         operators = (processor.pop("experience_pipeline", None) or {}).get("operators") or []
+        ops = []
         for i, op in enumerate(operators):
+            key = f"data_processor.experience_pipeline.operators.{i}"
             name = op.get("name") if isinstance(op, dict) else op
-            self.refuse(
-                f"data_processor.experience_pipeline.operators.{i}",
-                f"experience operator {name!r} changes what is written",
-            )
+            args = dict((op.get("args") if isinstance(op, dict) else None) or {})
+            if name not in OPERATORS:
+                self.refuse(key, f"experience operator {name!r} changes what is written")
+            threshold = args.pop("threshold", 0.0)
+            if args:
+                self.refuse(f"{key}.args", f"{name} arguments {sorted(args)} (only threshold)")
+            target, arg = OPERATORS[name]
+            ops.append({"name": target, "args": {arg: threshold}})
+        if ops:
+            self.put("buffer.explorer_input.experience_ops", ops)
         for key in processor:
             self.ignore(f"data_processor.{key}")
 

@@ -1,7 +1,8 @@
 """The rollout operator: a Ray Data async actor pool that forwards each Task row to an engine actor.
 
-With a sink root, it is also the sink's writing stage: each finished batch's experiences are written as
-pending fragments at once, and the batch's records are reported through the step gate to the driver.
+With a sink root, it is also the sink's writing stage: each finished batch's experiences go through the
+experience ops (`operators.ops.stage`: a batch holds whole tasks), are written as pending fragments at once,
+and the batch's records are reported through the step gate to the driver.
 
 Pool actors hold only engine handles (looked up by name) and idle resettable workflows; state worth keeping
 lives in engines and the driver. A batch's sub-runs run concurrently, spread over the engines in turn; past
@@ -21,6 +22,7 @@ import pyarrow as pa
 from operators.actors.gate import GateClient
 from operators.actors.names import NAMESPACE
 from operators.engine.client import EngineClient
+from operators.ops.stage import ExperienceOps
 from operators.rollout.over_rollout import SKIPPED, OverRollout
 from operators.rollout.plugins import load_plugins
 from operators.rollout.runner import SubRun, WorkflowRunner, dynamic_runner_timeout, split_task
@@ -46,6 +48,7 @@ class RolloutOperator:
         restart_timeout: float = 600.0,
         over_rollout: OverRolloutConfig | None = None,
         dynamic_timeout: DynamicTimeoutConfig | None = None,
+        experience_ops: list[dict[str, Any]] = (),
     ):
         import ray  # heavy, deferred: the driver imports this module (to build the pool) without Ray
 
@@ -60,6 +63,7 @@ class RolloutOperator:
             ray.get(gate.enlist.remote(context.get_actor_id(), context.current_actor))
             self.gate = GateClient(gate)
         self.sink_root = sink_root
+        self.ops = ExperienceOps(list(experience_ops)) if experience_ops else None  # after the plugins
 
     @classmethod
     def from_clients(
@@ -98,6 +102,7 @@ class RolloutOperator:
         self.over_rollout = OverRollout(cut.ratio, cut.wait_after_min)
         self.gate: GateClient | None = None
         self.sink_root: str | None = None
+        self.ops: ExperienceOps | None = None
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         """Each step's tasks of the batch run as soon as that step is released, and finish on their own.
@@ -121,8 +126,13 @@ class RolloutOperator:
         return await self._report(self._finish(results_to_table(await self.run_all(subs))))
 
     def _finish(self, results: pa.Table) -> pa.Table:
-        """With a sink, the results' experiences land now as pending fragments; the records go on."""
-        return results if self.sink_root is None else write_fragments(results, self.sink_root)
+        """With a sink, the results' experiences, through the ops, land now as pending fragments; the records
+        go on. `results` is one step's whole tasks (`_run_step`), so every op sees each task's whole group."""
+        if self.sink_root is None:
+            return results
+        if self.ops is not None:
+            results = self.ops.apply_to_results(results)
+        return write_fragments(results, self.sink_root)
 
     async def _report(self, records: pa.Table) -> pa.Table:
         if self.sink_root is not None and self.gate is not None:

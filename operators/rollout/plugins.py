@@ -1,4 +1,5 @@
-"""User plugins: `*.py` files whose `@register_workflow` / `@register_reward` decorators extend registries.
+"""User plugins: `*.py` files whose decorators (`@register_workflow`, `@register_reward`, `@register_op`)
+extend registries.
 
 The driver and every Ray worker load the same plugin directory, so loading must be idempotent: a file is
 imported once per process under a module name derived from its resolved path, and registering a definition
@@ -14,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+from operators.ops.registry import load_builtins as load_builtin_ops
 from operators.workflows.registry import load_builtins
 
 
@@ -48,10 +50,11 @@ def plugin_files(plugin_dir: Path) -> list[Path]:
 def load_plugins(plugin_dir: Path) -> list[str]:
     """Import each plugin file in `plugin_dir` (once per process); returns their module names, by file name.
 
-    The built-in workflows are loaded first, so a plugin that reuses a built-in name fails here, naming the
-    plugin, rather than later when the built-ins load lazily.
+    The built-in workflows and experience ops are loaded first, so a plugin that reuses a built-in name fails
+    here, naming the plugin, rather than later when the built-ins load lazily.
     """
     load_builtins()
+    load_builtin_ops()
     names = []
     for path in plugin_files(Path(plugin_dir)):
         name = module_name(path)

@@ -7,6 +7,7 @@ It lives below both registries and the plugin loader, so that they all depend on
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 
@@ -25,3 +26,17 @@ def register_once(registry: dict[str, Any], kind: str, name: str, obj: Any) -> N
         where = f"{getattr(taken, '__module__', '?')}.{getattr(taken, '__qualname__', '?')}"
         raise ValueError(f"{kind} '{name}' is already registered (by {where})")
     registry[name] = obj
+
+
+def import_all(modules: tuple[str, ...]) -> None:
+    """Import modules whose import registers built-ins (lazily: they may pull in heavy dependencies)."""
+    for module in modules:
+        importlib.import_module(module)
+
+
+def lookup(registry: dict[str, Any], kind: str, name: str) -> Any:
+    """The entry under `name`, or a KeyError listing the known names."""
+    try:
+        return registry[name]
+    except KeyError:
+        raise KeyError(f"unknown {kind} '{name}' (known: {', '.join(sorted(registry))})") from None

@@ -19,12 +19,14 @@ import pyarrow.parquet as pq
 from schemas.atomic import atomic_open, atomic_replace
 from schemas.experience import EXPERIENCE_SCHEMA, conform
 from schemas.run_dir import PENDING, STEP_GLOB, STEP_PREFIX, step_dir_name
-from schemas.status import RESULT_SCHEMA, flatten_experiences
+from schemas.status import FILTERED_TYPE, RESULT_SCHEMA, flatten_experiences
 
-# A result row without its experiences (written to the fragment) and with the fragment's name instead.
+# A result row without its experiences (written to the fragment) and with the fragment's name instead, and
+# what the experience ops dropped of them (empty without ops).
 RECORD_SCHEMA = pa.schema(
     [f for f in RESULT_SCHEMA if f.name not in ("metric", "runner", "experiences")]
     + [pa.field("num_experiences", pa.int64()), pa.field("fragment", pa.string())]
+    + [pa.field("filtered", FILTERED_TYPE)]
 )
 
 
@@ -34,7 +36,8 @@ step_dirname = step_dir_name  # the old name, kept for callers
 def write_fragments(results: pa.Table, root: str) -> pa.Table:
     """Ray Data map stage: write each step's experiences as a pending fragment; return a record per row.
 
-    A record per result row, i.e. per sub-run `(task_uid, run_id_base)` when a task's repeats are split.
+    A record per result row, i.e. per sub-run `(task_uid, run_id_base)` when a task's repeats are split; a
+    `filtered` column (the experience ops' counts, `operators.ops.stage`) is carried into the records.
     """
     records = results.select([n for n in RECORD_SCHEMA.names if n in results.column_names])
     counts = pc.list_value_length(results.column("experiences")).cast(pa.int64())
@@ -55,6 +58,8 @@ def write_fragments(results: pa.Table, root: str) -> pa.Table:
     records = records.append_column("num_experiences", counts).append_column(
         "fragment", pa.array(fragments, pa.string())
     )
+    if "filtered" not in records.column_names:
+        records = records.append_column("filtered", pa.array([[]] * len(records), FILTERED_TYPE))
     return records.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
 
 

@@ -15,13 +15,12 @@ Every workflow class declares how the runner may drive it (Trinity-RFT's meaning
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from operators.engine.client import EngineClient
-from operators.rollout.registration import register_once
+from operators.rollout.registration import import_all, lookup, register_once
 from schemas.experience import Experience
 from schemas.task import Task
 
@@ -100,17 +99,13 @@ def register_workflow(name: str) -> Callable[[type], type]:
 
 def load_builtins() -> None:
     """Import the built-in workflows (lazily: they pull in the reward functions and math-verify)."""
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
+    import_all(BUILTIN_MODULES)
 
 
 def workflow_class(name: str) -> type[Workflow]:
     """The registered class, so the runner can read its flags before building an instance."""
     load_builtins()
-    try:
-        return WORKFLOWS[name]
-    except KeyError:
-        raise KeyError(f"unknown workflow '{name}' (known: {', '.join(sorted(WORKFLOWS))})") from None
+    return lookup(WORKFLOWS, "workflow", name)
 
 
 def create_workflow(name: str) -> Workflow:

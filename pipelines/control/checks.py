@@ -1,4 +1,5 @@
-"""The input checks made before any engine starts, in one place: tasksets, the model, plugins, workflows.
+"""The input checks made before any engine starts, in one place: tasksets, the model, plugins, workflows and
+experience ops.
 
 Every refusal is an `InputError` naming the file, row and field, so a run that cannot work fails in seconds
 with exit code 2 and commits nothing, instead of after an engine start.
@@ -15,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, tensor_meta
+from operators.ops.registry import build_op
 from operators.rollout.plugins import load_plugins
 from operators.rollout.rewards import get_reward_fn
 from operators.tasks.reader import TasksetPlan, json_type, plan_taskset
@@ -250,6 +254,22 @@ def check_workflows(cfg: Config) -> None:
             raise InputError(f"taskset '{taskset.name}': {exc.args[0]}{hint}", field=key) from None
 
 
+def check_experience_ops(cfg: Config) -> None:
+    """Every experience op is registered (a built-in, or a plugin's once `check_workflows` loaded them) and
+    takes its arguments; the built-ins' arguments were checked with the config already."""
+    for i, op in enumerate(cfg.buffer.explorer_input.experience_ops):
+        key = f"buffer.explorer_input.experience_ops.{i}"
+        try:
+            build_op(op.name, op.args)
+        except KeyError as exc:
+            hint = "; a plugin's names need its folder in plugin_dirs" if not cfg.plugin_dirs else ""
+            raise InputError(f"{exc.args[0]}{hint}", field=f"{key}.name") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InputError(f"op '{op.name}': {first['msg']}", field=f"{key}.{where}") from None
+
+
 def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     """Plan the training taskset (when `train`) and every eval taskset, check the model and the workflows."""
     check_config(cfg)
@@ -268,4 +288,5 @@ def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     check_context_length(cfg, model_config)
     expected = base_tensor_meta(cfg.model.model_path)
     check_workflows(cfg)
+    check_experience_ops(cfg)
     return Inputs(plan, eval_plans, expected)

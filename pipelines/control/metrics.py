@@ -49,6 +49,17 @@ def trajectory_splits(experiences: pa.Table) -> int:
     return sum(json.loads(m).get("trajectory_split", 0.0) > 0 for m in later.column("metrics").to_pylist())
 
 
+def filtered_metrics(records: pa.Table) -> dict[str, float]:
+    """`rollout/filtered/<op>`: the experiences each experience op dropped in the step (never written)."""
+    if "filtered" not in records.column_names:
+        return {}
+    totals: dict[str, float] = {}
+    for counts in records.column("filtered").to_pylist():
+        for name, count in counts or []:
+            totals[f"rollout/filtered/{name}"] = totals.get(f"rollout/filtered/{name}", 0.0) + count
+    return totals
+
+
 def step_metrics(
     experiences: pa.Table,
     records: pa.Table,
@@ -56,7 +67,8 @@ def step_metrics(
     reference_version: int = 0,
     dropped_stale: int = 0,
 ) -> dict[str, float]:
-    """Experience metrics plus throughput, failures and staleness against the trainer's newest version."""
+    """Experience metrics plus throughput, failures, what the experience ops dropped, and staleness against
+    the trainer's newest version."""
     tokens = pc.sum(pc.list_value_length(experiences.column("response_ids"))).as_py() or 0
     staleness = pc.subtract(pa.scalar(reference_version, pa.int64()), experiences.column("model_version"))
     return {
@@ -67,6 +79,7 @@ def step_metrics(
         "rollout/failed_tasks": float(len(failed_records(records))),
         "rollout/skipped_tasks": float(pc.sum(ended_early(records, SKIPPED)).as_py() or 0),
         "rollout/stale_cancelled": float(pc.sum(ended_early(records, STALE)).as_py() or 0),
+        **filtered_metrics(records),
         "time/step": seconds,
         "time/rollout_tail": rollout_tail(records),
     }

@@ -20,6 +20,7 @@ def rollout(
     engine_names: list[str],
     gate_name: str | None = None,
     sink_root: Path | None = None,
+    experience_ops: list[dict] = (),
 ) -> ray.data.Dataset:
     """Task rows → result rows (status + experiences per task), by forwarding actors that call the engines."""
     explorer = cfg.explorer
@@ -37,6 +38,7 @@ def rollout(
             "restart_timeout": explorer.engine_restart_timeout,
             "over_rollout": explorer.over_rollout if gate_name is not None else None,  # training steps only
             "dynamic_timeout": explorer.dynamic_timeout,
+            "experience_ops": list(experience_ops),
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",
@@ -61,7 +63,8 @@ def explore_dataset(
     explorer_input = cfg.buffer.explorer_input
     workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
     source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
-    return rollout(ray.data.read_datasource(source), cfg, engine_names, gate_name, sink_root)
+    ops = [op.model_dump(mode="json") for op in explorer_input.experience_ops]  # training steps only
+    return rollout(ray.data.read_datasource(source), cfg, engine_names, gate_name, sink_root, ops)
 
 
 def eval_dataset(

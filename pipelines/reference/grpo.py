@@ -2,18 +2,22 @@
 
 GRPO replaces a learned value baseline with the other samples of the same task: each sample's advantage is
 its reward standardised within its `task_uid` group, and the policy is updated with the PPO-clip objective
-against the logprobs recorded at sampling time.
+against the logprobs recorded at sampling time. When the explorer's experience ops wrote an `advantage`
+(`grpo_advantage`, `rloo_advantage`, a plugin's), that one is used; otherwise it is computed here, by the same
+function the `grpo_advantage` op uses.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import torch
 from torch import nn
 
+from operators.ops.advantage import grpo_advantages
+from operators.ops.groups import groups_of
 from schemas.experience import MalformedExperience
 
 
@@ -28,25 +32,24 @@ class GRPOConfig:
     epochs_per_step: int = 1
 
 
-def group_advantages(task_uids: list[str], rewards: list[float], eps: float = 1e-6) -> torch.Tensor:
-    """Reward standardised within its task group (sample std), the baseline GRPO uses instead of a critic.
+def advantages_for(experiences: pa.Table, eps: float = 1e-6) -> torch.Tensor:
+    """Per row: the explorer's `advantage` where it wrote one, else GRPO's group advantage of the row's run.
 
-    A lone sample or a group whose rewards all agree carries no preference between responses, so it gets
-    exactly 0 (checked explicitly: rounding in the mean would otherwise leak tiny values divided by eps).
+    A lone run or a group whose rewards all agree carries no preference between responses, so it gets
+    exactly 0 (`operators.ops.advantage`); a multi-turn run's segments share their run's advantage.
     """
-    if len(task_uids) != len(rewards):
-        raise ValueError(f"{len(task_uids)} task uids for {len(rewards)} rewards")
-    members: dict[str, list[int]] = defaultdict(list)
-    for i, uid in enumerate(task_uids):
-        members[uid].append(i)
-    r = torch.tensor(rewards, dtype=torch.float32)
-    advantages = torch.zeros_like(r)
-    for idx in members.values():
-        group = r[idx]
-        if len(idx) < 2 or bool(group.max() == group.min()):
-            continue
-        advantages[idx] = (group - group.mean()) / (group.std() + eps)
-    return advantages
+    groups = groups_of(experiences)
+    computed = groups.rows(grpo_advantages(groups, eps=eps))
+    given = experiences.column("advantage").to_numpy(zero_copy_only=False).astype(np.float64)
+    return torch.tensor(np.where(np.isnan(given), computed, given), dtype=torch.float32)
+
+
+def zero_advantage_groups(experiences: pa.Table, advantages: torch.Tensor) -> tuple[int, int]:
+    """(groups whose every sample has advantage 0, groups): the tasks the update learns nothing from."""
+    groups = groups_of(experiences)
+    nonzero = np.zeros(groups.num_tasks, bool)
+    np.logical_or.at(nonzero, groups.task_of_run[groups.run_of_row], advantages.numpy() != 0.0)
+    return int((~nonzero).sum()), groups.num_tasks
 
 
 def make_batch(
@@ -74,12 +77,30 @@ def make_batch(
     return input_ids, attention_mask, response_mask
 
 
-def token_logprobs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """log p(token t | tokens < t) for every position, 0 at position 0, in the layout of `input_ids`."""
+def token_logprobs_and_entropy(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(token t | tokens < t) and the entropy of the distribution it was drawn from (no gradient), for
+    every position, 0 at position 0, in the layout of `input_ids`."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
     picked = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.cat([picked.new_zeros((input_ids.shape[0], 1)), picked], dim=1)
+    detached = logprobs.detach()
+    entropy = -(detached.exp() * detached).sum(dim=-1)
+    first = picked.new_zeros((input_ids.shape[0], 1))
+    return torch.cat([first, picked], dim=1), torch.cat([first.detach(), entropy], dim=1)
+
+
+def token_logprobs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """log p(token t | tokens < t) for every position, 0 at position 0, in the layout of `input_ids`."""
+    return token_logprobs_and_entropy(model, input_ids, attention_mask)[0]
+
+
+def kl_estimate(logprobs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Per token, KL(policy || reference) estimated from the sampled token alone (the "k3" estimator,
+    exp(d) - d - 1 with d = reference - policy logprob): unbiased for on-policy samples, never negative."""
+    d = reference - logprobs
+    return torch.exp(d) - d - 1.0
 
 
 def policy_loss(
@@ -123,75 +144,124 @@ def _old_logprobs(
     return old
 
 
-def train_on_experiences(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    experiences: pa.Table,
-    cfg: GRPOConfig,
-    pad_id: int,
-) -> dict[str, float]:
-    """One GRPO update on an experience table: one optimizer step per epoch, gradients accumulated over
-    micro-batches so the result does not depend on `cfg.micro_batch`.
+@dataclass
+class Batch:
+    """The rows trained on, laid out for the model: ids, masks, sampling-time logprobs and advantages."""
 
-    Samples with zero advantage are dropped: they contribute no gradient, only compute. Response tokens
-    with a false `action_mask` (text the policy did not generate) are not trained on.
-    """
-    rewards = experiences.column("reward").to_pylist()
-    advantages = group_advantages(experiences.column("task_uid").to_pylist(), rewards)
-    keep = [i for i, a in enumerate(advantages.tolist()) if a != 0.0]
-    reward_mean = sum(rewards) / len(rewards) if rewards else 0.0
-    metrics = {
-        "train/loss": 0.0,
-        "train/clip_frac": 0.0,
-        "train/grad_norm": 0.0,
-        "train/samples": float(len(keep)),
-        "train/reward_mean": reward_mean,
-    }
-    if not keep:
-        model.eval()
-        return metrics
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor  # response tokens the policy sampled (prompt, padding, inserted text: 0)
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
 
-    rows = experiences.take(keep)
+
+def training_batch(rows: pa.Table, advantages: torch.Tensor, pad_id: int, row_ids: list[int]) -> Batch:
+    """`rows` as a `Batch`; logprobs that do not line up with their response are refused (named by row)."""
     prompts = rows.column("prompt_ids").to_pylist()
     responses = rows.column("response_ids").to_pylist()
     sampled = rows.column("logprobs").to_pylist()
     for i, (response, lps) in enumerate(zip(responses, sampled, strict=True)):
         if len(lps) != len(response):
             raise MalformedExperience(
-                f"row {keep[i]}: {len(lps)} logprobs for {len(response)} response tokens"
+                f"row {row_ids[i]}: {len(lps)} logprobs for {len(response)} response tokens"
             )
     input_ids, attention_mask, response_mask = make_batch(prompts, responses, pad_id)
     prompt_lens = [len(p) for p in prompts]
-    if "action_mask" in rows.column_names:
-        action_masks = rows.column("action_mask").to_pylist()
-        for row, (start, acts) in enumerate(zip(prompt_lens, action_masks, strict=True)):
-            response_mask[row, start : start + len(acts)] *= torch.tensor(acts, dtype=torch.float32)
-    old_logprobs = _old_logprobs(sampled, prompt_lens, tuple(input_ids.shape))
-    advantages = advantages[keep]
+    for row, (start, acts) in enumerate(
+        zip(prompt_lens, rows.column("action_mask").to_pylist(), strict=True)
+    ):
+        response_mask[row, start : start + len(acts)] *= torch.tensor(acts, dtype=torch.float32)
+    old = _old_logprobs(sampled, prompt_lens, tuple(input_ids.shape))
+    return Batch(input_ids, attention_mask, response_mask, old, advantages)
 
-    n = len(keep)
-    totals = {"loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
-    n_tokens = response_mask.sum().clamp(min=1.0).item()
+
+def train_on_experiences(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    experiences: pa.Table,
+    cfg: GRPOConfig,
+    pad_id: int,
+    reference: nn.Module | None = None,
+) -> dict[str, float]:
+    """One GRPO update on an experience table: one optimizer step per epoch, gradients accumulated over
+    micro-batches so the result does not depend on `cfg.micro_batch`.
+
+    Samples with zero advantage are dropped: they contribute no gradient, only compute. Response tokens
+    with a false `action_mask` (text the policy did not generate) are not trained on. `train/entropy` and,
+    given the starting weights as `reference`, `train/kl_to_start` are measured on the trained samples'
+    response tokens by the first epoch's forward passes, i.e. at the weights before this update.
+    """
+    rewards = experiences.column("reward").to_pylist()
+    advantages = advantages_for(experiences)
+    keep = [i for i, a in enumerate(advantages.tolist()) if a != 0.0]
+    zero_groups, groups = zero_advantage_groups(experiences, advantages)
+    metrics = {
+        "train/loss": 0.0,
+        "train/clip_frac": 0.0,
+        "train/grad_norm": 0.0,
+        "train/samples": float(len(keep)),
+        "train/reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "train/zero_adv_groups": float(zero_groups),
+        "train/groups": float(groups),
+        "train/lr": float(optimizer.param_groups[0]["lr"]),
+    }
+    if not keep:
+        model.eval()
+        return metrics
+    batch = training_batch(experiences.take(keep), advantages[keep], pad_id, keep)
     model.train()
     try:
-        for _ in range(cfg.epochs_per_step):
-            optimizer.zero_grad(set_to_none=True)
-            for lo in range(0, n, cfg.micro_batch):
-                hi = min(lo + cfg.micro_batch, n)
-                mask = response_mask[lo:hi]
-                new = token_logprobs(model, input_ids[lo:hi], attention_mask[lo:hi])
-                loss, stats = policy_loss(new, old_logprobs[lo:hi], advantages[lo:hi], mask, cfg.clip_eps)
-                # policy_loss averages over its micro-batch; weighting by its share of sequences makes the
-                # accumulated gradient that of the mean over all sequences.
-                share = (hi - lo) / n
-                (loss * share).backward()
-                totals["loss"] += loss.item() * share
-                totals["clip_frac"] += stats["clip_frac"] * mask.sum().item() / n_tokens
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            totals["grad_norm"] += float(grad_norm)
-            optimizer.step()
+        metrics.update(update(model, optimizer, batch, cfg, reference))
     finally:
         model.eval()
-    for name, total in totals.items():
-        metrics[f"train/{name}"] = total / cfg.epochs_per_step
     return metrics
+
+
+def update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: GRPOConfig,
+    reference: nn.Module | None,
+) -> dict[str, float]:
+    """The epochs of one update; returns the loss, clip fraction and gradient norm (epoch means), and the
+    entropy and KL to `reference` per response token at the weights it started from."""
+    n = len(batch.input_ids)
+    totals = {"loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+    measured = {"entropy": 0.0, "kl_to_start": 0.0}
+    n_tokens = batch.response_mask.sum().clamp(min=1.0).item()
+    for epoch in range(cfg.epochs_per_step):
+        optimizer.zero_grad(set_to_none=True)
+        for lo in range(0, n, cfg.micro_batch):
+            part = slice(lo, min(lo + cfg.micro_batch, n))
+            ids, attention, mask = (
+                batch.input_ids[part],
+                batch.attention_mask[part],
+                batch.response_mask[part],
+            )
+            new, entropy = token_logprobs_and_entropy(model, ids, attention)
+            loss, stats = policy_loss(
+                new, batch.old_logprobs[part], batch.advantages[part], mask, cfg.clip_eps
+            )
+            # policy_loss averages over its micro-batch; weighting by its share of sequences makes the
+            # accumulated gradient that of the mean over all sequences.
+            share = len(ids) / n
+            (loss * share).backward()
+            totals["loss"] += loss.item() * share
+            totals["clip_frac"] += stats["clip_frac"] * mask.sum().item() / n_tokens
+            if epoch == 0:
+                measured["entropy"] += (entropy * mask).sum().item() / n_tokens
+                if reference is not None:
+                    with torch.no_grad():
+                        start = token_logprobs(reference, ids, attention)
+                    kl = kl_estimate(new.detach(), start)
+                    measured["kl_to_start"] += (kl * mask).sum().item() / n_tokens
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        totals["grad_norm"] += float(grad_norm)
+        optimizer.step()
+    if reference is None:
+        del measured["kl_to_start"]
+    return {
+        **{f"train/{name}": total / cfg.epochs_per_step for name, total in totals.items()},
+        **{f"train/{name}": value for name, value in measured.items()},
+    }

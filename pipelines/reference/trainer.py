@@ -8,6 +8,10 @@ explorer by the configured method:
 - memory: the state dict put in the Ray object store and announced on the run's weight hub;
 - broadcast: announced on the hub, then sent over a torch.distributed group (trainer rank 0) in buckets.
 
+Each step's metrics (`train/*`: loss, entropy, KL to the starting weights, groups with zero advantage, the
+learning rate, ...) are printed as a JSON line; beside the explorer (`--with-trainer`) the explorer's driver
+also logs them to its MLflow run at step N (`pipelines.control.trainer_log`).
+
 It is a reference for the explorer's side of the contract, not a production trainer.
 """
 
@@ -78,6 +82,9 @@ class Trainer:
             source = self.checkpoint_dir / checkpoint_dir_name(options.first_version)
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         self.model.eval()
+        # the base weights, for train/kl_to_start: how far training moved the policy (a resumed trainer too)
+        self.start = AutoModelForCausalLM.from_pretrained(options.model_path, dtype=torch.float32)
+        self.start.eval().requires_grad_(False)
         tokenizer = AutoTokenizer.from_pretrained(options.model_path)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.grpo = GRPOConfig(lr=options.lr)
@@ -131,7 +138,9 @@ class Trainer:
 
     def _train(self, experiences: pa.Table) -> dict[str, float]:
 
-        return train_on_experiences(self.model, self.optimizer, experiences, self.grpo, self.pad_id)
+        return train_on_experiences(
+            self.model, self.optimizer, experiences, self.grpo, self.pad_id, reference=self.start
+        )
 
     def state_dict(self) -> dict[str, Any]:
         state = self.model.state_dict()
@@ -216,13 +225,18 @@ class TrainerActor:
         version = self.trainer.run()
         return {"version": version, "log": self.trainer.options.log}
 
+    def metrics_since(self, taken: int) -> list[dict[str, float]]:
+        """The steps' metrics after the first `taken` (the driver pulls them into MLflow as they come)."""
+        return list(self.trainer.options.log[taken:])
+
     def stop(self) -> None:
         self.trainer.stop()
 
 
 def start_trainer_actor(options: TrainerOptions) -> tuple[Any, Any]:
-    """The trainer actor and its running `run()` call; fractional CPU so it never starves the read tasks."""
-    actor = ray.remote(TrainerActor).options(num_cpus=0.25, max_concurrency=2).remote(options)
+    """The trainer actor and its running `run()` call; fractional CPU so it never starves the read tasks.
+    Three calls at once: `run`, and `stop` or `metrics_since` while it runs."""
+    actor = ray.remote(TrainerActor).options(num_cpus=0.25, max_concurrency=3).remote(options)
     return actor, actor.run.remote()
 
 

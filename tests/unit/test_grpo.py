@@ -13,12 +13,15 @@ from unit_factories import make_experience
 
 from pipelines.reference.grpo import (
     GRPOConfig,
-    group_advantages,
+    advantages_for,
+    kl_estimate,
     make_batch,
     make_optimizer,
     policy_loss,
     token_logprobs,
+    token_logprobs_and_entropy,
     train_on_experiences,
+    zero_advantage_groups,
 )
 from schemas.experience import MalformedExperience, experiences_to_table
 
@@ -75,25 +78,27 @@ def mean_response_logprob(model: LlamaForCausalLM, first_token: int) -> float:
     return ((lps * response_mask).sum(dim=1)).mean().item()
 
 
-def test_group_advantages_standardise_within_each_task() -> None:
+def test_advantages_standardise_within_each_task() -> None:
     uids = ["a", "b", "a", "c", "a", "b", "d", "d", "a"]
     rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.3, 0.3, 0.0]
-    adv = group_advantages(uids, rewards)
+    runs = [0, 0, 1, 0, 2, 1, 0, 1, 3]
+    table = experiences_to_table(
+        [make_experience(u, r, reward=w) for u, r, w in zip(uids, runs, rewards, strict=True)]
+    )
+    adv = advantages_for(table)
     a = 0.5 / math.sqrt(1 / 3)  # group a = [1, 0, 1, 0]: mean 0.5, sample std sqrt(1/3)
     b = 0.5 / math.sqrt(0.5)  # group b = [0, 1]: mean 0.5, sample std sqrt(1/2)
     expected = [a, -b, -a, 0.0, a, b, 0.0, 0.0, -a]  # c is a singleton, d has equal rewards
     assert adv.dtype == torch.float32
     assert adv.tolist() == pytest.approx(expected, abs=1e-5)
+    assert zero_advantage_groups(table, adv) == (2, 4)
 
 
-def test_group_advantages_are_exactly_zero_for_equal_rewards_that_do_not_average_exactly() -> None:
-    adv = group_advantages(["t"] * 3, [0.9, 0.9, 0.9])  # float32 mean is off by an ulp
-    assert adv.tolist() == [0.0, 0.0, 0.0]
-
-
-def test_group_advantages_reject_mismatched_lengths() -> None:
-    with pytest.raises(ValueError):
-        group_advantages(["a", "a"], [1.0])
+def test_the_explorers_advantage_is_used_where_it_was_written() -> None:
+    written = [make_experience("a", r, reward=float(r % 2), advantage=v) for r, v in enumerate([0.5, None])]
+    adv = advantages_for(experiences_to_table(written))
+    # run 0 keeps the explorer's 0.5; run 1 has none, so gets GRPO's: [0, 1] -> +0.707 for it
+    assert adv.tolist() == pytest.approx([0.5, 0.5 / math.sqrt(0.5)], abs=1e-5)
 
 
 def test_make_batch_right_pads_and_marks_response_targets() -> None:
@@ -124,6 +129,38 @@ def test_token_logprobs_match_a_manual_gather_and_ignore_right_padding() -> None
         for t in range(1, input_ids.shape[1]):
             assert got[b, t].item() == pytest.approx(log_probs[b, t - 1, input_ids[b, t]].item(), abs=1e-5)
     torch.testing.assert_close(got[1, :2], alone[0])
+
+
+def test_entropy_is_that_of_each_positions_distribution() -> None:
+    model = tiny_model()
+    input_ids, attention_mask, _ = make_batch([[1, 2, 3]], [[5, 6]], PAD)
+    with torch.no_grad():
+        _, entropy = token_logprobs_and_entropy(model, input_ids, attention_mask)
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    expected = torch.distributions.Categorical(logits=logits[0, :-1]).entropy()
+    assert entropy[0, 0].item() == 0.0
+    torch.testing.assert_close(entropy[0, 1:], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_entropy_and_kl_to_start_are_measured_at_the_weights_before_each_update() -> None:
+    model = tiny_model()
+    start = copy.deepcopy(model)
+    cfg = GRPOConfig(lr=1e-2, micro_batch=3)
+    optimizer = make_optimizer(model, cfg)
+    table = experience_table(model, {GOOD: 1.0, BAD: 0.0})
+    first = train_on_experiences(model, optimizer, table, cfg, PAD, reference=start)
+    assert first["train/kl_to_start"] == pytest.approx(0.0, abs=1e-6)  # still the starting weights
+    assert 0.0 < first["train/entropy"] <= math.log(32)
+    assert first["train/lr"] == 1e-2 and first["train/zero_adv_groups"] == 0.0
+    second = train_on_experiences(model, optimizer, table, cfg, PAD, reference=start)
+    assert second["train/kl_to_start"] > 1e-4  # one update away from the start
+    assert "train/kl_to_start" not in train_on_experiences(model, optimizer, table, cfg, PAD)
+
+
+def test_kl_estimate_is_zero_at_equal_logprobs_and_positive_otherwise() -> None:
+    policy = torch.tensor([-1.0, -2.0, -0.5])
+    assert kl_estimate(policy, policy).tolist() == [0.0, 0.0, 0.0]
+    assert (kl_estimate(policy, policy + torch.tensor([0.3, -0.3, 1.0])) > 0).all()
 
 
 def test_policy_loss_is_minus_mean_advantage_when_policy_is_unchanged() -> None:
@@ -207,6 +244,9 @@ def test_zero_advantages_leave_the_weights_unchanged() -> None:
         "train/grad_norm": 0.0,
         "train/samples": 0.0,
         "train/reward_mean": 1.0,
+        "train/zero_adv_groups": 2.0,
+        "train/groups": 2.0,
+        "train/lr": 1e-2,
     }
     assert not optimizer.state
     for name, tensor in model.state_dict().items():

@@ -153,9 +153,18 @@ def test_an_unset_variable_with_a_default_takes_it_and_one_without_is_named(trin
             "auxiliary",
         ),
         (
-            {"data_processor": {"experience_pipeline": {"operators": [{"name": "reward_filter"}]}}},
+            {"data_processor": {"experience_pipeline": {"operators": [{"name": "reward_shaping_mapper"}]}}},
             "data_processor.experience_pipeline.operators.0",
-            "'reward_filter' changes what is written",
+            "'reward_shaping_mapper' changes what is written",
+        ),
+        (
+            {
+                "data_processor": {
+                    "experience_pipeline": {"operators": [{"name": "reward_filter", "args": {"x": 1}}]}
+                }
+            },
+            "data_processor.experience_pipeline.operators.0.args",
+            "reward_filter arguments ['x']",
         ),
     ],
 )
@@ -176,6 +185,19 @@ def test_over_rollout_and_dynamic_timeout_carry_over_by_sub_key(trinity_env, cap
     assert (explorer.over_rollout.ratio, explorer.over_rollout.wait_after_min) == (0.25, 3.0)
     assert explorer.dynamic_timeout.enable and explorer.dynamic_timeout.ratio == 4.0
     assert "explorer.over_rollout.mode: ignored" in caplog.text
+
+
+def test_the_reference_reward_filters_become_experience_ops(trinity_env):
+    operators = [
+        {"name": "reward_filter", "args": {"threshold": 0.5}},
+        {"name": "reward_std_filter"},
+    ]
+    cfg = load_config(variant(trinity_env, data_processor={"experience_pipeline": {"operators": operators}}))
+    ops = [op.model_dump() for op in cfg.buffer.explorer_input.experience_ops]
+    assert ops == [
+        {"name": "reward_filter", "args": {"min_reward": 0.5}},  # the reference keeps reward >= threshold
+        {"name": "reward_std_filter", "args": {"threshold": 0.0}},  # and groups whose std is above it
+    ]
 
 
 def test_mode_bench_is_kept_for_the_explore_command_to_benchmark(trinity_env):
