@@ -19,7 +19,9 @@ import os
 import platform
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -98,13 +100,42 @@ async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
     return sum(len(s["response_ids"]) for o in outs for s in o["samples"]), seconds
 
 
+@dataclass
+class ExploreRun:
+    """What a finished explore run's own records say about its throughput."""
+
+    experiences: Any  # the committed experiences, a pa.Table
+    tokens: int  # generated tokens, all steps
+    warm_tokens: int  # generated tokens of steps 2..N
+    warm_seconds: float  # from step 1's commit to the last (the sum of `time/step` over steps 2..N)
+    # wall-clock times (time.time()) the first and the last step's metrics were logged, at their commits
+    first_commit: float
+    last_commit: float
+
+
+def read_run(summary) -> ExploreRun:
+    """Tokens from the committed experiences, times from the run's `time/step` metric in MLflow."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from mlflow import MlflowClient
+
+    table = pq.read_table(summary.run_dir / "experiences")
+    lengths = pc.list_value_length(table.column("response_ids"))
+    history = MlflowClient(summary.tracking_uri).get_metric_history(summary.mlflow_run_id, "time/step")
+    return ExploreRun(
+        experiences=table,
+        tokens=pc.sum(lengths).as_py(),
+        warm_tokens=pc.sum(pc.filter(lengths, pc.greater(table.column("step"), 1))).as_py() or 0,
+        warm_seconds=sum(m.value for m in history if m.step > 1),
+        first_commit=min(m.timestamp for m in history) / 1000,
+        last_commit=max(m.timestamp for m in history) / 1000,
+    )
+
+
 def pipeline(cfg, run_dir: Path) -> tuple[int, float, int, float, float]:
     """(tokens, seconds) end to end, then (tokens, seconds) over steps 2..N, then the seconds from the call
     to step 1's commit (the wall-clock stamp MLflow puts on step 1's metrics)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
     import ray
-    from mlflow import MlflowClient
 
     from pipelines.control.fleet import EngineFleet
     from pipelines.control.runtime import init_ray
@@ -124,13 +155,8 @@ def pipeline(cfg, run_dir: Path) -> tuple[int, float, int, float, float]:
         seconds = time.perf_counter() - started
     finally:
         engines.stop()
-    table = pq.read_table(run_dir / "experiences")
-    lengths = pc.list_value_length(table.column("response_ids"))
-    warm_tokens = pc.sum(pc.filter(lengths, pc.greater(table.column("step"), 1))).as_py()
-    history = MlflowClient(summary.tracking_uri).get_metric_history(summary.mlflow_run_id, "time/step")
-    warm_seconds = sum(m.value for m in history if m.step > 1)
-    first_commit = min(m.timestamp for m in history if m.step == 1) / 1000 - called
-    return pc.sum(lengths).as_py(), seconds, warm_tokens, warm_seconds, first_commit
+    run = read_run(summary)
+    return run.tokens, seconds, run.warm_tokens, run.warm_seconds, run.first_commit - called
 
 
 def main() -> None:

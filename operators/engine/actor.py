@@ -66,6 +66,24 @@ def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
     return env
 
 
+def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
+    """vLLM engine arguments for `cfg`, besides the model and rftflow's worker extension: one place, so
+    another engine built from the same config (a benchmark's peer) runs with exactly these settings."""
+    chunked = cfg.enable_chunked_prefill if cfg.enable_chunked_prefill is not None else gpu
+    return {
+        "enable_chunked_prefill": chunked,
+        # unchunked, a step must hold a whole prompt
+        "max_num_batched_tokens": None if chunked else max(2048, cfg.max_model_len),
+        "tensor_parallel_size": cfg.tensor_parallel_size,
+        "dtype": cfg.dtype,
+        "max_model_len": cfg.max_model_len,
+        "enforce_eager": cfg.enforce_eager,
+        "seed": cfg.seed,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "disable_log_stats": True,
+    }
+
+
 class VLLMEngine:
     """Plain class (usable in-process); `ray.remote(VLLMEngine)` makes it the engine actor."""
 
@@ -77,20 +95,10 @@ class VLLMEngine:
         from vllm import AsyncEngineArgs  # heavy, deferred: only the engine process imports vLLM
         from vllm.v1.engine.async_llm import AsyncLLM  # heavy, deferred: as above
 
-        chunked = rollout.enable_chunked_prefill if rollout.enable_chunked_prefill is not None else gpu
         args = AsyncEngineArgs(
             model=str(model_path),
-            enable_chunked_prefill=chunked,
-            # unchunked, a step must hold a whole prompt
-            max_num_batched_tokens=None if chunked else max(2048, rollout.max_model_len),
-            tensor_parallel_size=rollout.tensor_parallel_size,
-            dtype=rollout.dtype,
-            max_model_len=rollout.max_model_len,
-            enforce_eager=rollout.enforce_eager,
-            seed=rollout.seed,
-            gpu_memory_utilization=rollout.gpu_memory_utilization,
-            disable_log_stats=True,
             worker_extension_cls="operators.engine.worker_extension.WeightWorker",
+            **engine_args(rollout, gpu),
         )
         self.llm = AsyncLLM.from_engine_args(args)
         self.tokenizer = self.llm.get_tokenizer()
