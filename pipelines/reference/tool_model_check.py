@@ -87,8 +87,10 @@ def calibrate(model_dir: Path) -> dict[str, Any]:
         engine = VLLMEngine(str(model_dir), RolloutModelConfig(device="cpu").model_dump(mode="json"))
         try:
             await engine.ready()
-            return await measure(EngineClient(engine))
+            # dtype `auto` is bfloat16 on CPUs that have it: the figures are for the dtype recorded
+            dtype = str(engine.llm.model_config.dtype).removeprefix("torch.")
+            return {"vllm": vllm.__version__, "dtype": dtype, **await measure(EngineClient(engine))}
         finally:
             await engine.shutdown()
 
-    return {"vllm": vllm.__version__, **asyncio.run(started_and_measured())}
+    return asyncio.run(started_and_measured())
