@@ -24,6 +24,7 @@ from schemas.trinity import is_trinity, translate
 logger = logging.getLogger(__name__)
 ASSETS = Path(__file__).resolve().parent.parent / "pipelines" / "assets"
 DEFAULT_MODEL = ASSETS / "tiny-arith-llama"
+TOOL_MODEL = ASSETS / "tiny-tool-llama"  # the tiny model also taught the `tool_math` calculator
 DEFAULT_TRAIN = ASSETS / "tasksets" / "arith" / "train.jsonl"
 DEFAULT_EVAL = ASSETS / "tasksets" / "arith" / "eval.jsonl"
 # SQL table names: plain identifiers, short enough for PostgreSQL's 63 characters with "_steps" and an index.

@@ -39,25 +39,40 @@ def loop():
     loop.close()
 
 
+def start_engine(loop, model_path, **rollout_fields):
+    """An in-process vLLM CPU engine on `model_path`, started on `loop`: AsyncLLM binds its output handler to
+    the loop it first runs on, so it is built and used on one loop."""
+    from operators.engine.actor import VLLMEngine
+    from schemas.engine_config import RolloutModelConfig
+
+    async def start() -> VLLMEngine:
+        rollout = RolloutModelConfig(device="cpu", enable_openai_api=True, **rollout_fields)
+        engine = VLLMEngine(str(model_path), rollout.model_dump(mode="json"))
+        await engine.ready()
+        return engine
+
+    return loop.run_until_complete(start())
+
+
 @pytest.fixture(scope="session")
 def engine(loop):
     """One in-process vLLM CPU engine (no Ray), for tests of the workflow and the engine themselves. It
     serves its OpenAI API on every interface, so with an API key (the case the key exists for)."""
     from integration_settings import ENGINE_API_KEY
 
-    from operators.engine.actor import VLLMEngine
     from schemas.config import DEFAULT_MODEL
-    from schemas.engine_config import RolloutModelConfig
 
-    # AsyncLLM binds its output handler to the loop it first runs on, so build and use it on one loop.
-    async def start() -> VLLMEngine:
-        rollout = RolloutModelConfig(
-            device="cpu", enable_openai_api=True, host="0.0.0.0", api_key=ENGINE_API_KEY
-        )
-        engine = VLLMEngine(str(DEFAULT_MODEL), rollout.model_dump(mode="json"))
-        await engine.ready()
-        return engine
+    engine = start_engine(loop, DEFAULT_MODEL, host="0.0.0.0", api_key=ENGINE_API_KEY)
+    yield engine
+    loop.run_until_complete(engine.shutdown())
 
-    engine = loop.run_until_complete(start())
+
+@pytest.fixture(scope="session")
+def tool_engine(loop):
+    """An in-process engine on the tiny tool model (`pipelines/assets/tiny-tool-llama`), for `tool_math` and
+    `openai_calc_agent`; it serves its OpenAI API on 127.0.0.1."""
+    from schemas.config import TOOL_MODEL
+
+    engine = start_engine(loop, TOOL_MODEL)
     yield engine
     loop.run_until_complete(engine.shutdown())

@@ -4,7 +4,9 @@ A subclass says which environment a task gets (`make_env`). The environment:
 - `reset(task) -> observation`: the first user message;
 - `step(action_text) -> (observation, reward, done)`: the model's reply, answered;
 - may raise `MalformedAction` for a reply it cannot act on (a malformed tool call): the run goes on with an
-  error observation, as a real tool would answer. Any other exception fails the task with its message.
+  error observation, as a real tool would answer. Any other exception fails the task with its message;
+- may have `parts() -> dict[str, float]`: named figures of the run (tool calls made, say), read when it ends
+  and recorded as the experience's reward parts, so they reach the metrics beside the reward.
 
 Either method may be a coroutine. The workflow runs the chat loop: each later turn is the conversation so
 far as token ids, plus only the new text tokenized (`VLLMEngine.chat_turn`), so every sampled id stays as
@@ -32,6 +34,12 @@ class Environment(Protocol):
     def reset(self, task: Task) -> Any: ...  # str, or a coroutine of one
 
     def step(self, action_text: str) -> Any: ...  # (observation, reward, done), or a coroutine of it
+
+
+def env_parts(env: Environment) -> dict[str, float]:
+    """The environment's named figures of the run, if it keeps any (its optional `parts()`)."""
+    parts = getattr(env, "parts", None)
+    return {name: float(value) for name, value in parts().items()} if callable(parts) else {}
 
 
 async def settled(value: Any) -> Any:
@@ -87,4 +95,4 @@ class EnvWorkflow(MultiTurnWorkflow):
                 {"role": "assistant", "content": sample.text},
                 {"role": self.observation_role, "content": str(observation)},
             ]
-        return RunResult(calls, total, {}, finish)
+        return RunResult(calls, total, env_parts(env), finish)

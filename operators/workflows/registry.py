@@ -29,6 +29,7 @@ BUILTIN_MODULES = (
     "operators.workflows.math_boxed",
     "operators.workflows.countdown",
     "operators.workflows.eval_math",
+    "operators.workflows.tool_math",
 )
 FLAGS = ("resettable", "repeatable", "asynchronous")
 

@@ -21,9 +21,10 @@ EVAL_SIZE, EVAL_SEED = 200, 1
 EVAL_FRACTION_PERCENT = 20  # share of the prompt space reserved for the eval split
 
 Problem = tuple[str, int]
+Kinds = list[tuple[int, Callable[[random.Random], Problem]]]
 
 
-def _binary(lo_a: int, hi_a: int, lo_b: int, hi_b: int, op: str) -> Callable[[random.Random], Problem]:
+def binary(lo_a: int, hi_a: int, lo_b: int, hi_b: int, op: str) -> Callable[[random.Random], Problem]:
     """Return a sampler for `a op b` with operands drawn uniformly from the given inclusive ranges."""
 
     def sample(rng: random.Random) -> Problem:
@@ -35,14 +36,14 @@ def _binary(lo_a: int, hi_a: int, lo_b: int, hi_b: int, op: str) -> Callable[[ra
 
 
 # (weight, sampler): easy kinds first; weights sum to 100 so the mix reads as percentages.
-KINDS: list[tuple[int, Callable[[random.Random], Problem]]] = [
-    (25, _binary(0, 9, 0, 9, "+")),
-    (20, _binary(0, 9, 0, 9, "-")),
-    (15, _binary(0, 9, 0, 9, "*")),
-    (12, _binary(10, 99, 10, 99, "+")),
-    (12, _binary(10, 99, 10, 99, "-")),
-    (6, _binary(100, 999, 100, 999, "+")),
-    (10, _binary(10, 99, 2, 9, "*")),
+KINDS: Kinds = [
+    (25, binary(0, 9, 0, 9, "+")),
+    (20, binary(0, 9, 0, 9, "-")),
+    (15, binary(0, 9, 0, 9, "*")),
+    (12, binary(10, 99, 10, 99, "+")),
+    (12, binary(10, 99, 10, 99, "-")),
+    (6, binary(100, 999, 100, 999, "+")),
+    (10, binary(10, 99, 2, 9, "*")),
 ]
 
 
@@ -52,8 +53,8 @@ def split_of(prompt: str) -> str:
     return "eval" if bucket < EVAL_FRACTION_PERCENT else "train"
 
 
-def generate(n: int, seed: int, split: str | None = None) -> list[dict]:
-    """Draw `n` rows `{"prompt", "answer"}` deterministically from `seed`.
+def generate(n: int, seed: int, split: str | None = None, kinds: Kinds = KINDS) -> list[dict]:
+    """Draw `n` rows `{"prompt", "answer"}` deterministically from `seed`, from the mix `kinds`.
 
     With `split` set ("train" or "eval") only prompts hashed into that split are kept, which is how
     the bundled files stay disjoint. Prompts may repeat within a split (the 1-digit space is small);
@@ -62,8 +63,8 @@ def generate(n: int, seed: int, split: str | None = None) -> list[dict]:
     if split not in (None, "train", "eval"):
         raise ValueError(f"split must be None, 'train' or 'eval', got {split!r}")
     rng = random.Random(seed)
-    weights = [w for w, _ in KINDS]
-    samplers = [s for _, s in KINDS]
+    weights = [w for w, _ in kinds]
+    samplers = [s for _, s in kinds]
     rows: list[dict] = []
     while len(rows) < n:
         sampler = rng.choices(samplers, weights=weights)[0]
@@ -95,22 +96,30 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipelines.arith_tasks",
-        description=(
-            "Write the bundled arithmetic tasksets (train.jsonl and eval.jsonl, rows with 'prompt' and "
-            "'answer'). Output is deterministic; train and eval prompts never overlap."
-        ),
-    )
+def write_splits_cli(
+    argv: list[str] | None, prog: str, description: str, default_dir: Path, splits: Callable[[], dict]
+) -> None:
+    """The command line every bundled taskset generator shares: write `splits()` as `<name>.jsonl` files."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument(
-        "--out-dir", type=Path, default=ASSETS_DIR, help="output directory (default: %(default)s)"
+        "--out-dir", type=Path, default=default_dir, help="output directory (default: %(default)s)"
     )
     args = parser.parse_args(argv)
-    for name, rows in bundled_splits().items():
+    for name, rows in splits().items():
         path = args.out_dir / f"{name}.jsonl"
         write_jsonl(rows, path)
         print(f"wrote {len(rows)} rows to {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    write_splits_cli(
+        argv,
+        "python -m pipelines.arith_tasks",
+        "Write the bundled arithmetic tasksets (train.jsonl and eval.jsonl, rows with 'prompt' and "
+        "'answer'). Output is deterministic; train and eval prompts never overlap.",
+        ASSETS_DIR,
+        bundled_splits,
+    )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 from integration_settings import ENGINE_API_KEY
+from trajectory_checks import SpyClient, check_exact
 
-from operators.engine.actor import Generation
 from operators.engine.client import EngineClient
 from operators.rollout.plugins import load_plugins
 from operators.rollout.runner import run_task
@@ -52,22 +52,6 @@ class FixedEnvWorkflow(EnvWorkflow):
         return FixedEnv(**task.workflow_args.get("env", {}))
 
 
-class SpyClient(EngineClient):
-    """The real engine client, keeping every generation the engine returned (to compare experiences with)."""
-
-    def __init__(self, engine):
-        super().__init__(engine)
-        self.generations: list[Generation] = []
-
-    async def chat(self, messages, sampling):
-        self.generations.append(await super().chat(messages, sampling))
-        return self.generations[-1]
-
-    async def chat_turn(self, messages, sampling, history, budget=None):
-        self.generations.append(await super().chat_turn(messages, sampling, history, budget))
-        return self.generations[-1]
-
-
 def make_task(workflow: str, repeat: int = 1, **workflow_args) -> Task:
     return Task(
         f"{workflow}/e0/0",
@@ -91,34 +75,6 @@ def run(loop, engine, task: Task, client: EngineClient | None = None) -> dict:
     )
 
 
-def check_exact(experience: dict, calls: list[tuple[list[int], list[int], list[float]]], tokenizer) -> None:
-    """The experience is the calls' ids, as returned: the first prompt, then each call's inserted tokens
-    (masked out, logprob 0, each span decoding to the inserted text) and its sampled tokens."""
-    assert experience["prompt_ids"] == calls[0][0]
-    ids, mask, logprobs, spans = [], [], [], []
-    for k, (prompt, response, lps) in enumerate(calls):
-        if k:
-            before = len(calls[0][0]) + len(ids)
-            inserted = prompt[before:]
-            assert prompt[:before] == [*calls[0][0], *ids]  # the prompt extends the trajectory exactly
-            spans.append([len(ids), len(ids) + len(inserted)])
-            ids, mask, logprobs = (
-                ids + inserted,
-                mask + [False] * len(inserted),
-                logprobs + [0.0] * len(inserted),
-            )
-        ids, mask, logprobs = ids + response, mask + [True] * len(response), logprobs + lps
-    assert experience["response_ids"] == ids and experience["action_mask"] == mask
-    assert experience["logprobs"] == pytest.approx(logprobs)
-    assert experience["inserted_spans"] == spans and experience["turns"] == len(calls)
-    for start, end in spans:
-        text = tokenizer.decode(ids[start:end], skip_special_tokens=False)
-        assert OBSERVATION in text and text.endswith("<|assistant|>")
-    assert [v for v, m in zip(experience["token_versions"], mask, strict=True) if not m] == [-1] * sum(
-        not m for m in mask
-    )
-
-
 def test_an_env_run_is_one_experience_holding_the_engines_ids_call_by_call(loop, engine):
     spy = SpyClient(engine)
     row = run(loop, engine, make_task("test_fixed_env"), spy)
@@ -126,7 +82,7 @@ def test_an_env_run_is_one_experience_holding_the_engines_ids_call_by_call(loop,
     [experience] = row["experiences"]
     calls = [(g.prompt_ids, g.samples[0].response_ids, g.samples[0].logprobs) for g in spy.generations]
     assert len(calls) == 3
-    check_exact(experience, calls, engine.tokenizer)
+    check_exact(experience, calls, engine.tokenizer, [OBSERVATION] * 2)
     assert True in experience["action_mask"] and False in experience["action_mask"]
     assert experience["reward"] == 3.0 and experience["segment"] == 0
     assert experience["uid"] == "test_fixed_env/e0/0/0"
@@ -180,7 +136,7 @@ def test_an_agent_plugin_on_the_official_client_streaming_included_is_recorded_e
     experiences = row["experiences"]
     assert [e["segment"] for e in experiences] == list(range(len(experiences)))
     if len(experiences) == 1:  # the tiny model's replies re-render to their own ids: one trajectory
-        check_exact(experiences[0], seen, engine.tokenizer)
+        check_exact(experiences[0], seen, engine.tokenizer, [OBSERVATION] * 2)
     assert dict(experiences[0]["reward_parts"]) == {"turns_seen": 3.0}
 
 
@@ -192,7 +148,7 @@ def test_an_edited_history_splits_the_trajectory_into_segments(loop, engine, age
     experiences = row["experiences"]
     assert [e["segment"] for e in experiences] == [0, 1]
     assert [e["uid"] for e in experiences] == ["test_openai_agent/e0/0/0", "test_openai_agent/e0/0/0/s1"]
-    check_exact(experiences[0], seen[:2], engine.tokenizer)
+    check_exact(experiences[0], seen[:2], engine.tokenizer, [OBSERVATION])
     assert experiences[1]["prompt_ids"] == seen[2][0] and experiences[1]["response_ids"] == seen[2][1]
     assert [json.loads(e["metrics"])["trajectory_split"] for e in experiences] == [0.0, 1.0]
 

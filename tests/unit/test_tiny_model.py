@@ -100,5 +100,8 @@ def test_bundled_tasksets_match_generator_and_are_disjoint() -> None:
     assert len(expected["train"]) == arith_tasks.TRAIN_SIZE and len(expected["eval"]) == arith_tasks.EVAL_SIZE
     train_prompts = {row["prompt"] for row in expected["train"]}
     assert not train_prompts & {row["prompt"] for row in expected["eval"]}
-    training_stream = tiny_model.training_rows(seed=0, steps=100)
-    assert all(arith_tasks.split_of(row["prompt"]) == "train" for row in training_stream)
+    training_stream = tiny_model.arith_conversations(seed=0, count=6400)
+    assert training_stream[: len(expected["train"])] == [
+        tiny_model.arith_conversation(row) for row in expected["train"]
+    ]
+    assert all(arith_tasks.split_of(turns[0].content) == "train" for turns in training_stream)

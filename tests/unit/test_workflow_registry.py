@@ -25,7 +25,7 @@ from operators.workflows.registry import (
 from schemas.experience import Experience
 from schemas.task import Task
 
-BUILTINS = ("math", "math_boxed", "countdown", "eval_math")
+BUILTINS = ("math", "math_boxed", "countdown", "eval_math", "tool_math")
 
 
 class ScriptedEngine:
