@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,7 +335,10 @@ class EngineFleet:
     def counters(self) -> dict[str, float]:
         """The engines' running totals, summed (`VLLMEngine.counters`); a replaced engine counts afresh."""
         answered, _ = gather([h.counters.remote() for h in self.handles], COUNTERS_CALL_S)
-        return {key: sum(c[key] for c in answered.values()) for key in ("busy_s", "wasted_tokens")}
+        totals: Counter[str] = Counter()
+        for counts in answered.values():
+            totals.update(counts)  # the keys are the engine's own: nothing to keep in step here
+        return dict(totals)
 
     def abort_older_than(self, version: int) -> int:
         """Abort, on every engine, the requests dispatched before `version`; returns how many."""
