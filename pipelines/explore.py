@@ -19,6 +19,8 @@ from typing import Any
 from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
 from pipelines.report import make_report
+from pipelines.report_lib.learning import FIGURE as LEARNING_FIGURE
+from pipelines.report_lib.learning import Learning, write_learning
 from schemas.config import Config, load_config
 
 EPILOG = """\
@@ -130,6 +132,7 @@ class Summary:
     model_version: int = 0
     step_rewards: dict[int, float] = field(default_factory=dict)
     skipped_tasks: int = 0  # cut by over-rollout: accounted for, never run again
+    learning: Learning | None = None  # with a trainer: its before and after
 
     def render(self) -> str:
         lines = [
@@ -139,7 +142,13 @@ class Summary:
             f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s | "
             f"{self.seconds:.1f} s",
         ]
-        if self.model_version:
+        if self.learning is not None:
+            lines += [
+                f"  model version {self.model_version}",
+                self.learning.render(),
+                f"  learning curves: {self.run_dir / LEARNING_FIGURE}",
+            ]
+        elif self.model_version:
             first, last = min(self.step_rewards), max(self.step_rewards)
             lines.append(
                 f"  model version {self.model_version} | reward step {first}: {self.step_rewards[first]:.3f}"
@@ -185,6 +194,8 @@ def explore(
         engines=engines,
     )
 
+    learned: list[Learning | None] = []  # measured before the MLflow run closes
+
     async def run() -> None:
         trainer = follower = None
         try:
@@ -195,6 +206,8 @@ def explore(
             await explorer.explore()
             if trainer is not None and cfg.synchronizer.sync_method == "checkpoint":
                 await finish_trainer(trainer, cfg.synchronizer.sync_timeout)
+            if with_trainer:
+                learned.append(await asyncio.to_thread(measure_learning, explorer))
         finally:
             if follower is not None:
                 await stop_following(*follower)
@@ -219,7 +232,16 @@ def explore(
         model_version=explorer.state.model_version,
         step_rewards=explorer.reporter.step_rewards if explorer.reporter else {},
         skipped_tasks=totals["skipped"],
+        learning=learned[0] if learned else None,
     )
+
+
+def measure_learning(explorer: Any) -> Learning | None:
+    """The run's before and after (`pipelines.report_lib.learning`), its figure logged to MLflow too."""
+    found, figure = write_learning(explorer.run_dir)
+    if figure is not None:
+        explorer.monitor.log_artifact(figure)
+    return found
 
 
 def bench(cfg: Config, run_dir: Path, **options) -> bool:

@@ -40,6 +40,19 @@ def experience_metrics(experiences: pa.Table) -> dict[str, float]:
         metrics["rollout/model_version"] = pc.mean(experiences.column("model_version")).as_py()
         metrics.update(stats("rollout/turns", experiences.column("turns")))
         metrics["rollout/trajectory_splits"] = float(trajectory_splits(experiences))
+        metrics.update(reward_part_stats("rollout", experiences))
+    return metrics
+
+
+def reward_part_stats(prefix: str, experiences: pa.Table) -> dict[str, float]:
+    """`<prefix>/<part>/{mean,max,min}` for each reward part the workflow recorded (e.g. `accuracy`, or
+    tool_math's `called_tool`, whose mean is the tool-call rate), over the experiences that have it."""
+    parts = experiences.column("reward_parts").combine_chunks()
+    names = pc.unique(parts.keys).to_pylist() if len(parts) else []
+    metrics: dict[str, float] = {}
+    for name in names:
+        values = pc.list_element(pc.map_lookup(parts, name, "all"), 0)
+        metrics.update(stats(f"{prefix}/{name}", pc.drop_null(values)))
     return metrics
 
 
@@ -124,11 +137,7 @@ def eval_metrics(taskset: str, experiences: pa.Table, repeat_times: int) -> dict
         **stats(f"{prefix}/reward", experiences.column("reward")),
         **stats(f"{prefix}/response_length", lengths),
     }
-    parts = experiences.column("reward_parts").combine_chunks()
-    names = pc.unique(parts.keys).to_pylist() if len(parts) else []
-    for name in names:
-        values = pc.list_element(pc.map_lookup(parts, name, "all"), 0)
-        metrics.update(stats(f"{prefix}/{name}", pc.drop_null(values)))
+    metrics.update(reward_part_stats(prefix, experiences))
     if repeat_times > 1:
         correct = pc.greater_equal(experiences.column("reward"), 1.0).to_pylist()
         per_task: dict[str, list[bool]] = {}

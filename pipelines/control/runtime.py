@@ -50,7 +50,10 @@ def init_ray(cfg: RayConfig, address: str | None = None, verbose: bool = False) 
     if address:
         ray.init(address=address, **common)
     else:
+        # "local": a new Ray of its own even when the machine runs a cluster (`ray start`, a test's
+        # `Cluster`), which a bare `ray.init()` would join, and then refuse the CPUs and object store given
         ray.init(
+            address="local",
             num_cpus=cfg.num_cpus or max(4, os.cpu_count() or 1),
             object_store_memory=cfg.object_store_memory_mib * 2**20,
             include_dashboard=False,

@@ -220,6 +220,16 @@ def test_closed_loop_versions_rise_within_the_staleness_bound(engines, tmp_path,
     assert summary.model_version >= 3
     if method == "checkpoint":
         assert (summary.run_dir / "checkpoints" / "global_step_4").is_dir()
+    # the closed loop's before and after: four steps, so the first two against the last two
+    reward = {
+        m.step: m.value for m in client.get_metric_history(summary.mlflow_run_id, "rollout/reward/mean")
+    }
+    change = {c.name: c for c in summary.learning.training}["reward"]
+    assert change.before == pytest.approx((reward[1] + reward[2]) / 2)
+    assert change.after == pytest.approx((reward[3] + reward[4]) / 2)
+    assert "training, mean of steps 1-2 -> steps 3-4" in summary.render()
+    assert (summary.run_dir / "learning.png").read_bytes().startswith(b"\x89PNG")
+    assert "learning.png" in [a.path for a in client.list_artifacts(summary.mlflow_run_id)]
 
 
 def test_stale_experiences_are_dropped_counted_and_logged(engines, base_state, tmp_path):

@@ -61,6 +61,10 @@ def test_step_metrics_values(experiences, records):
             "rollout/skipped_tasks": 0.0,
             "rollout/stale_cancelled": 0.0,
             "time/rollout_tail": 0.0,  # of 3 sub-runs, the last 10% is the last one alone
+            # each reward part the workflow recorded (here every experience's accuracy is 1)
+            "rollout/accuracy/mean": 1.0,
+            "rollout/accuracy/max": 1.0,
+            "rollout/accuracy/min": 1.0,
         }
     )
 
