@@ -41,6 +41,8 @@ setup(
             "hypothesis>=6.100",
             "ruff>=0.6",
             "psycopg[binary]>=3.1",
+            # a local S3-compatible server for the object-store tests (tests/object_store.py)
+            "moto[server]>=5",
             # notebooks/ run in a real Jupyter kernel (tests/integration/test_notebooks.py)
             "nbformat>=5.9",
             "nbclient>=0.10",

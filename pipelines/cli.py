@@ -21,6 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from operators.rollout.plugins import PluginError
 from pipelines.control.runtime import InputsPhase, reading_inputs
 from schemas.errors import InputError
+from schemas.storage import Location, as_location, is_remote
 
 PACKAGES = ("pipelines", "operators", "schemas")  # rftflow's own loggers; Ray's and vLLM's are left alone
 REFUSALS = (InputError, PluginError, NotImplementedError)  # bad input wherever raised (NotImplementedError:
@@ -40,6 +41,12 @@ def given_path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path: give a file or folder")
     return Path(text)
+
+
+def given_location(text: str) -> Location:
+    """An argparse `type` for a run dir: a local path (as `given_path`), or an object-store URI kept as text
+    (`s3://bucket/prefix?...`, see `schemas.storage`)."""
+    return as_location(text) if is_remote(text) else given_path(text)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -16,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
+from pipelines.cli import add_config_arguments, given_location, given_path, logging_to_console, run_cli
 from pipelines.control.fleet import EngineFleet
 from pipelines.report import make_report
 from pipelines.report_lib.learning import FIGURE as LEARNING_FIGURE
 from pipelines.report_lib.learning import Learning, write_learning
 from schemas.config import Config, load_config
+from schemas.errors import InputError
+from schemas.storage import Location, display, is_remote
 
 EPILOG = """\
 examples:
@@ -57,7 +60,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="folder of your own workflow and reward modules; repeatable",
     )
     parser.add_argument(
-        "--run-dir", type=given_path, help="where outputs go (default: runs/<name>-<timestamp>)"
+        "--run-dir",
+        type=given_location,
+        help="where outputs go (default: runs/<name>-<timestamp>); or an object store every node reaches, "
+        "e.g. s3://bucket/runs/x (then give --mlflow-uri; see the README, 'Running on a cluster')",
     )
     parser.add_argument(
         "--steps", type=int, help="number of steps to run (same as --set buffer.total_steps=N)"
@@ -66,7 +72,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--ray-address", help="join a running Ray cluster, e.g. 'auto' (default: start one locally)"
     )
     parser.add_argument(
-        "--mlflow-uri", help="MLflow tracking URI (default: sqlite:///<absolute run dir>/mlflow.db)"
+        "--mlflow-uri",
+        help="MLflow tracking URI: a tracking server (http://host:5000; artifacts then go to the server's "
+        "artifact store) or a database (default: sqlite:///<absolute run dir>/mlflow.db)",
     )
     parser.add_argument(
         "--with-trainer",
@@ -125,10 +133,11 @@ class Summary:
     mean_reward: float
     tokens_per_s: float
     seconds: float
-    run_dir: Path
+    run_dir: Location
     tracking_uri: str
     mlflow_run_id: str
     store: str  # where the committed experiences are: the sink's description
+    browse: str  # how to look at the MLflow run (`tracking.browse_hint`)
     model_version: int = 0
     step_rewards: dict[int, float] = field(default_factory=dict)
     skipped_tasks: int = 0  # cut by over-rollout: accounted for, never run again
@@ -159,14 +168,14 @@ class Summary:
                 *lines,
                 f"  experiences: {self.store}",
                 f"  mlflow:      {self.tracking_uri} (run {self.mlflow_run_id})",
-                f"  browse:      mlflow ui --backend-store-uri {self.tracking_uri}",
+                f"  browse:      {self.browse}",
             ]
         )
 
 
 def explore(
     cfg: Config,
-    run_dir: Path,
+    run_dir: Location,
     *,
     ray_address: str | None = None,
     mlflow_uri: str | None = None,
@@ -183,6 +192,7 @@ def explore(
     """
     # --help and input errors answer without Ray and MLflow, which the explorer imports
     from pipelines.control.explorer import Explorer  # heavy, deferred (see above)
+    from pipelines.control.tracking import browse_hint  # heavy (MLflow), deferred as the explorer
 
     explorer = Explorer(
         cfg,
@@ -229,6 +239,7 @@ def explore(
         tracking_uri=explorer.tracking_uri,
         mlflow_run_id=explorer.monitor.run_id,
         store=explorer.sink.describe(),
+        browse=browse_hint(explorer.tracking_uri),
         model_version=explorer.state.model_version,
         step_rewards=explorer.reporter.step_rewards if explorer.reporter else {},
         skipped_tasks=totals["skipped"],
@@ -237,7 +248,11 @@ def explore(
 
 
 def measure_learning(explorer: Any) -> Learning | None:
-    """The run's before and after (`pipelines.report_lib.learning`), its figure logged to MLflow too."""
+    """The run's before and after (`pipelines.report_lib.learning`), its figure logged to MLflow too.
+    Read from a local run dir only, as the report is (a remote one: None, said in the log)."""
+    if is_remote(explorer.run_dir):
+        logging.getLogger(__name__).info("learning.png is drawn for a local run dir only")
+        return None
     found, figure = write_learning(explorer.run_dir)
     if figure is not None:
         explorer.monitor.log_artifact(figure)
@@ -332,10 +347,15 @@ def run_command(args: argparse.Namespace) -> int:
         with logging_to_console(args.verbose):
             from pipelines.control.dry_run import explore_dry_run  # heavy (Ray Data's sinks), deferred
 
-            print(explore_dry_run(build_config(args), args.run_dir))
+            print(explore_dry_run(build_config(args), args.run_dir, args.mlflow_uri))
         return 0
     cfg = build_config(args)
     run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.report and is_remote(run_dir):
+        raise InputError(
+            "--report reads a local run dir: drop it, or copy the run dir here and run pipelines.report",
+            file=display(run_dir),
+        )
     common = {
         "ray_address": args.ray_address,
         "mlflow_uri": args.mlflow_uri,
@@ -358,7 +378,9 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"report: python -m pipelines.report {run_dir} (or --report next time)")
         return 0 if ok else 1
     print(summary.render())
-    if args.report:
+    if is_remote(summary.run_dir):
+        print(f"  run dir:     {display(summary.run_dir)}")
+    elif args.report:
         print(f"  report:      {make_report(summary.run_dir).index}")
     else:
         print(f"  report:      python -m pipelines.report {summary.run_dir} (or --report next time)")

@@ -9,18 +9,30 @@ power loss do the same (without them the rename may reach the disk before the da
 
 Temp files are named `.<name>.<random>.partial`: hidden from dataset readers, never a name a reader globs,
 and removed when the write fails. One left by a killed process is harmless and may be deleted.
+
+On an object store (a `schemas.storage` URI) there is no rename, but there is no half object either: an
+upload becomes visible whole when it completes, or not at all. So a file is built in memory and uploaded in
+one piece, never streamed while the caller still writes (an exception in the caller's block would otherwise
+publish what was written so far). What needs several objects to appear at once (a step's fragments) is
+written first and published by a marker object written last (`write_commit_marker`): readers honour only
+folders with a marker, and a crash before it leaves files no reader sees, redone on resume.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from schemas.storage import Location, filesystem, is_file, is_remote, join, read_bytes
+
+COMMIT_MARKER = "_COMMITTED"  # `_`: dataset readers skip it, as they skip Hadoop's `_SUCCESS`
 
 # Filesystems that cannot fsync a directory (some network and FUSE mounts) say so with these.
 UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF}
@@ -57,6 +69,10 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb", **open_kwargs: A
     """
     if not mode.startswith("w"):
         raise ValueError(f"atomic_open writes a whole file: mode must be 'w' or 'wb', not {mode!r}")
+    if is_remote(path):
+        with upload_on_success(str(path), mode, open_kwargs.get("encoding", "utf-8")) as f:
+            yield f
+        return
     path = Path(path)
     temp = temp_path(path)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
@@ -73,8 +89,27 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb", **open_kwargs: A
     fsync_dir(path.parent)
 
 
+@contextlib.contextmanager
+def upload_on_success(location: str, mode: str, encoding: str) -> Iterator[IO[Any]]:
+    """An in-memory file uploaded to `location` in one piece once the block ends; nothing if it raises."""
+    buffer = io.BytesIO() if "b" in mode else io.StringIO()
+    yield buffer
+    data = buffer.getvalue()
+    put_object(location, data if isinstance(data, bytes) else data.encode(encoding))
+
+
+def put_object(location: Location, data: bytes) -> None:
+    """One object, uploaded whole: an object store shows it complete or not at all."""
+    fs, path = filesystem(location)
+    with fs.open_output_stream(path) as out:
+        out.write(data)
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` to `path` atomically and durably: afterwards `path` is the old file or the new, whole."""
+    if is_remote(path):
+        put_object(str(path), data)
+        return
     with atomic_open(path, "wb") as f:
         f.write(data)
 
@@ -123,3 +158,20 @@ def atomic_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
     fsync_dir(dst.parent)
     if src.parent != dst.parent:
         fsync_dir(src.parent)
+
+
+def write_commit_marker(folder: Location, names: set[str] | list[str]) -> None:
+    """Publish the files `names` of `folder` (already written) by writing its commit marker, last.
+
+    The marker lists the files, so a reader takes exactly those: a file left in the folder by an earlier,
+    crashed attempt is never read.
+    """
+    atomic_write_json(join(folder, COMMIT_MARKER), {"files": sorted(names)})
+
+
+def committed_files(folder: Location) -> list[str] | None:
+    """The files `folder`'s commit marker publishes, or None when it has none (not committed)."""
+    marker = join(folder, COMMIT_MARKER)
+    if not is_file(marker):
+        return None
+    return list(json.loads(read_bytes(marker))["files"])

@@ -328,7 +328,9 @@ class MonitorConfig(Strict):
     free_on_resume: ClassVar[frozenset[str]] = frozenset({"mlflow_uri", "experiment", "sample_rollouts"})
 
     mlflow_uri: str | None = Field(
-        None, description="tracking URI (default `sqlite:///<absolute run dir>/mlflow.db`)"
+        None,
+        description="tracking URI: a tracking server `http://host:5000` (artifacts go to its store) or a "
+        "database (default `sqlite:///<absolute run dir>/mlflow.db`)",
     )
     experiment: str | None = Field(None, description="MLflow experiment (default: `project`)")
     sample_rollouts: int = Field(8, ge=0, description="rollouts per step kept in the MLflow samples table")

@@ -22,6 +22,7 @@ class RolloutModelConfig(Strict):
             "gpu_memory_utilization",
             "cpu_kvcache_space_gib",
             "engine_cpus",
+            "placement",
             "host",
             "port",
             "api_key",
@@ -46,6 +47,12 @@ class RolloutModelConfig(Strict):
     enforce_eager: bool = Field(True, description="no CUDA graphs or torch.compile (required on CPU)")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="engine seed (0 to 2^32-1, as NumPy takes)")
     engine_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="Ray CPUs reserved per engine actor")
+    placement: Literal["spread", "pack"] = Field(
+        "spread",
+        description="where engines go on a multi-node cluster: `spread` (across nodes, a preference: a "
+        "replacement may land on a node that already holds one) or `pack` (onto as few nodes as they fit); "
+        "each engine's tensor-parallel ranks always share one node",
+    )
     max_prompt_tokens: int | None = Field(
         None, ge=1, description="longest prompt in tokens (null: what `max_model_len` leaves room for)"
     )

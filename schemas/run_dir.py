@@ -1,8 +1,9 @@
 """Every path the project writes inside a run directory and a checkpoint directory, named once.
 
-A run directory (`--run-dir`, README "Outputs" and "Benchmarking checkpoints"):
+A run directory (`--run-dir`, README "Outputs" and "Benchmarking checkpoints"), local or on an object store
+(`schemas.storage`; there the experiences, the eval experiences, the state and the config only):
 
-    experiences/step_NNNNNN/part-*.parquet  committed steps (Parquet sink)
+    experiences/step_NNNNNN/part-*.parquet  committed steps (Parquet; `_COMMITTED` on object stores)
     experiences/_pending/                   fragments of steps not yet committed (every sink)
     experiences.db                          SQL sink, default SQLite file
     mlflow.db                               the MLflow tracking store (SQLite)
@@ -23,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from schemas.storage import Location, as_location, join
 
 # run directory
 EXPERIENCES = "experiences"  # the staging root: Parquet's committed steps, and every sink's pending fragments
@@ -92,51 +95,54 @@ def trainer_status_path(checkpoint_dir: Path | str) -> Path:
 
 @dataclass(frozen=True)
 class RunDir:
-    """The paths of one run directory: `RunDir(root).explorer_state`, `.eval_step(3)`, ..."""
+    """The paths of one run directory: `RunDir(root).explorer_state`, `.eval_step(3)`, ...
 
-    root: Path
+    `root` is a local path or an object-store URI (`schemas.storage`); each path is of the same kind.
+    """
+
+    root: Location
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
+        object.__setattr__(self, "root", as_location(self.root))
 
     @property
-    def experiences(self) -> Path:
-        return self.root / EXPERIENCES
+    def experiences(self) -> Location:
+        return join(self.root, EXPERIENCES)
 
     @property
-    def pending(self) -> Path:
-        return self.experiences / PENDING
+    def pending(self) -> Location:
+        return join(self.experiences, PENDING)
 
     @property
-    def experiences_db(self) -> Path:
-        return self.root / EXPERIENCES_DB
+    def experiences_db(self) -> Location:
+        return join(self.root, EXPERIENCES_DB)
 
     @property
-    def mlflow_db(self) -> Path:
-        return self.root / MLFLOW_DB
+    def mlflow_db(self) -> Location:
+        return join(self.root, MLFLOW_DB)
 
     @property
-    def mlartifacts(self) -> Path:
-        return self.root / MLARTIFACTS
+    def mlartifacts(self) -> Location:
+        return join(self.root, MLARTIFACTS)
 
     @property
-    def config(self) -> Path:
-        return self.root / CONFIG
+    def config(self) -> Location:
+        return join(self.root, CONFIG)
 
     @property
-    def explorer_state(self) -> Path:
-        return self.root / EXPLORER_STATE
+    def explorer_state(self) -> Location:
+        return join(self.root, EXPLORER_STATE)
 
     @property
-    def checkpoints(self) -> Path:
-        return self.root / CHECKPOINTS
+    def checkpoints(self) -> Location:
+        return join(self.root, CHECKPOINTS)
 
-    def eval_step(self, step: int) -> Path:
-        return self.root / EVAL / step_dir_name(step)
+    def eval_step(self, step: int) -> Location:
+        return join(self.root, EVAL, step_dir_name(step))
 
     @property
-    def bench_state(self) -> Path:
-        return self.root / BENCH_STATE
+    def bench_state(self) -> Location:
+        return join(self.root, BENCH_STATE)
 
-    def bench_checkpoint(self, step: int, weights_hash: str) -> Path:
-        return self.root / BENCH / bench_dir_name(step, weights_hash)
+    def bench_checkpoint(self, step: int, weights_hash: str) -> Location:
+        return join(self.root, BENCH, bench_dir_name(step, weights_hash))

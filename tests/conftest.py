@@ -76,3 +76,15 @@ def tool_engine(loop):
     engine = start_engine(loop, TOOL_MODEL)
     yield engine
     loop.run_until_complete(engine.shutdown())
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server (moto) on 127.0.0.1, for the object-store tests; killed at the end."""
+    from object_store import start_s3_server
+
+    server = start_s3_server()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -22,6 +22,18 @@ def find_actor(name: str) -> Any | None:
         return None
 
 
+def on_this_node() -> dict[str, Any]:
+    """Actor options that keep a run's small named actor (the step gate, the weight hub, the experience
+    queue) on the node of the process that makes it, the driver's. Left to Ray, a zero-CPU actor may land on
+    any worker node, and losing that node would end the run, where losing an engine or a forwarder is healed.
+    Soft: should that node refuse it, Ray places it elsewhere rather than never."""
+    import ray  # heavy, deferred: the driver's modules import without Ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # heavy, deferred: as ray
+
+    node = ray.get_runtime_context().get_node_id()
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)}
+
+
 ACTOR_CALL_S = 60.0  # a small named actor (gate, hub, queue) that does not answer in a minute is gone
 
 

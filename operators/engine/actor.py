@@ -57,6 +57,13 @@ def use_gpu(cfg: RolloutModelConfig) -> bool:
     return torch.cuda.is_available()
 
 
+def node_id() -> str | None:
+    """The Ray node (hex id) this engine runs on; None in a process without Ray (an in-process engine)."""
+    import ray  # heavy, deferred: an in-process engine runs without Ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
 def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
     """Environment an engine process needs before vLLM is imported."""
     env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
@@ -75,6 +82,8 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
         # unchunked, a step must hold a whole prompt
         "max_num_batched_tokens": None if chunked else max(2048, cfg.max_model_len),
         "tensor_parallel_size": cfg.tensor_parallel_size,
+        # more than one GPU rank: vLLM's Ray workers, one in each bundle of the engine's placement group
+        "distributed_executor_backend": "ray" if gpu and cfg.tensor_parallel_size > 1 else None,
         "dtype": cfg.dtype,
         "max_model_len": cfg.max_model_len,
         "enforce_eager": cfg.enforce_eager,
@@ -130,6 +139,7 @@ class VLLMEngine:
             "model_path": self.model_path,
             "model_version": self.model_version,
             "pid": os.getpid(),
+            "node_id": node_id(),
             "openai_url": self.openai_url(),
         }
 

@@ -224,10 +224,20 @@ async def start_server(
 
 
 def reachable(host: str) -> str:
-    """The address clients use for a socket bound to `host`: this machine's own for a wildcard."""
+    """The address clients use for a socket bound to `host`: this node's own for a wildcard, as Ray knows it
+    when the engine runs on a Ray node (agents on other nodes reach it there; the host name may resolve to a
+    loopback address such as 127.0.1.1)."""
     if host in ("0.0.0.0", "::"):
-        try:
-            host = socket.gethostbyname(socket.gethostname())
-        except OSError:
-            host = "127.0.0.1"
+        host = node_address()
     return f"[{host}]" if ":" in host else host
+
+
+def node_address() -> str:
+    import ray  # heavy, deferred: engine process only
+
+    if ray.is_initialized():
+        return ray.util.get_node_ip_address()
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"

@@ -15,10 +15,13 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from operators.sinks.marked import MarkedParquetSink
 from operators.sinks.parquet import ParquetSink
 from operators.sinks.sql import SqlSink
 from schemas.config import SQL_NAME_MAX, ExperienceBufferConfig
+from schemas.errors import InputError
 from schemas.run_dir import EXPERIENCES, EXPERIENCES_DB
+from schemas.storage import Location, as_location, base_name, display, is_remote, join
 
 STAGING = EXPERIENCES  # under the run dir: Parquet's committed steps, and every sink's pending fragments
 SQLITE_FILE = EXPERIENCES_DB
@@ -27,7 +30,7 @@ SQLITE_FILE = EXPERIENCES_DB
 class Sink(Protocol):
     """What the control stage and the readers need from a sink."""
 
-    root: Path  # the staging root, where writers put pending fragments
+    root: Location  # the staging root, where writers put pending fragments (a Path, or an object-store URI)
 
     def committed_steps(self) -> list[int]: ...
 
@@ -61,11 +64,25 @@ def default_table_name(run_name: str) -> str:
     return name
 
 
-def open_sink(cfg: ExperienceBufferConfig, run_dir: Path) -> Sink:
-    """The sink of the run in `run_dir` (whose name is the run name); nothing is opened until first used."""
-    run_dir = Path(run_dir).resolve()
-    root = run_dir / STAGING
+SQL_PATH_KEY = "buffer.trainer_input.experience_buffer.path"
+
+
+def open_sink(cfg: ExperienceBufferConfig, run_dir: Location) -> Sink:
+    """The sink of the run in `run_dir` (whose name is the run name); nothing is opened until first used.
+
+    On an object store the Parquet sink commits by marker (`operators.sinks.marked`), and the SQL sink needs
+    a database URL: its default, a SQLite file in the run dir, needs a local disk.
+    """
+    remote = is_remote(run_dir)
+    run_dir = as_location(run_dir) if remote else Path(run_dir).resolve()
+    root = join(run_dir, STAGING)
     if cfg.storage_type == "parquet":
-        return ParquetSink(root)
-    url = cfg.path or f"sqlite:///{run_dir / SQLITE_FILE}"
-    return SqlSink(root, url, cfg.name or default_table_name(run_dir.name))
+        return MarkedParquetSink(str(root)) if remote else ParquetSink(root)
+    if cfg.path is None and remote:
+        raise InputError(
+            f"the SQL sink's default is a SQLite file in the run dir, and {display(run_dir)} is on an object "
+            "store: give a database URL (e.g. postgresql+psycopg://...)",
+            field=SQL_PATH_KEY,
+        )
+    url = cfg.path or f"sqlite:///{join(run_dir, SQLITE_FILE)}"
+    return SqlSink(root, url, cfg.name or default_table_name(base_name(run_dir)))

@@ -4,6 +4,8 @@ Writers (Ray Data tasks) put fragments under `experiences/_pending/step_N/`; the
 all its tasks have reported, by renaming the step's directory to `experiences/step_N/` (atomic on one
 filesystem). Only fragments named by a task record are kept, so a retried writer never duplicates rows.
 Readers see committed steps only: `pyarrow.parquet.read_table(run_dir / "experiences")` skips `_pending`.
+On an object store, which has no rename, the commit is a marker object instead (`operators.sinks.marked`); the
+fragment helpers here take either kind of location (`schemas.storage`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow.fs import FileType
 
 from schemas.atomic import atomic_open, atomic_replace
 from schemas.experience import EXPERIENCE_SCHEMA, conform
 from schemas.run_dir import PENDING, STEP_GLOB, STEP_PREFIX, step_dir_name
 from schemas.status import FILTERED_TYPE, RESULT_SCHEMA, flatten_experiences
+from schemas.storage import Location, as_location, children, delete_file, join, make_dirs, open_input
 
 # A result row without its experiences (written to the fragment) and with the fragment's name instead, and
 # what the experience ops dropped of them (empty without ops).
@@ -48,13 +52,13 @@ def write_fragments(results: pa.Table, root: str) -> pa.Table:
         experiences = flatten_experiences(results.take(rows))
         if not len(experiences):
             continue
-        directory = Path(root) / PENDING / step_dir_name(step)
-        directory.mkdir(parents=True, exist_ok=True)
-        final = directory / f"part-{uuid.uuid4().hex}.parquet"
-        with atomic_open(final) as f:
+        directory = join(as_location(root), PENDING, step_dir_name(step))
+        make_dirs(directory)
+        fragment = f"part-{uuid.uuid4().hex}.parquet"
+        with atomic_open(join(directory, fragment)) as f:
             pq.write_table(experiences, f)
         for i in rows:
-            fragments[i] = final.name if counts[i].as_py() else None
+            fragments[i] = fragment if counts[i].as_py() else None
     records = records.append_column("num_experiences", counts).append_column(
         "fragment", pa.array(fragments, pa.string())
     )
@@ -71,39 +75,51 @@ def filter_stale(table: pa.Table, min_version: int | None) -> tuple[pa.Table, in
     return kept, len(table) - len(kept)
 
 
-def drop_stale(path: Path, min_version: int) -> int:
+def read_parquet(location: Location, columns: list[str] | None = None) -> pa.Table:
+    with open_input(location) as f:
+        return pq.read_table(f, columns=columns)
+
+
+def drop_stale(path: Location, min_version: int) -> int:
     """Rewrite a pending fragment without experiences older than `min_version`; returns how many went."""
-    versions = pq.read_table(path, columns=["model_version"]).column("model_version")
+    versions = read_parquet(path, columns=["model_version"]).column("model_version")
     stale = pc.sum(pc.less(versions, min_version)).as_py() or 0
     if stale:
-        kept, _ = filter_stale(pq.read_table(path), min_version)
+        kept, _ = filter_stale(read_parquet(path), min_version)
         with atomic_open(path) as f:
             pq.write_table(kept, f)
     return stale
 
 
-def pending_fragments(root: Path, step: int, fragments: set[str]) -> Path:
+def drop_stale_fragments(pending: Location, fragments: set[str], min_version: int | None) -> int:
+    """`drop_stale` on each named fragment of a pending folder; returns how many experiences went."""
+    if min_version is None:
+        return 0
+    return sum(drop_stale(join(pending, name), min_version) for name in fragments)
+
+
+def pending_fragments(root: Location, step: int, fragments: set[str]) -> Location:
     """The pending folder of `step`, holding exactly the named fragments.
 
     Files no record names (a retried writer's second copy, a partial file) are removed; a named fragment
     that is not there is an error, since its experiences would be lost.
     """
-    pending = Path(root) / PENDING / step_dir_name(step)
-    pending.mkdir(parents=True, exist_ok=True)
-    present = {p.name for p in pending.iterdir()}
+    pending = join(root, PENDING, step_dir_name(step))
+    make_dirs(pending)
+    present = set(children(pending, FileType.File))
     missing = fragments - present
     if missing:
         raise RuntimeError(f"step {step}: fragments reported but not on disk: {sorted(missing)}")
     for name in present - fragments:
-        (pending / name).unlink()
+        delete_file(join(pending, name))
     return pending
 
 
-def read_fragments(paths: list[Path]) -> pa.Table:
+def read_fragments(paths: list[Location]) -> pa.Table:
     """Fragments in the order given, as one table (empty, with the experience schema, for none)."""
     if not paths:
         return EXPERIENCE_SCHEMA.empty_table()
-    return pa.concat_tables(conform(pq.read_table(p)) for p in paths)
+    return pa.concat_tables(conform(read_parquet(p)) for p in paths)
 
 
 class ParquetSink:
@@ -130,9 +146,7 @@ class ParquetSink:
         if final.exists():
             raise RuntimeError(f"step {step} is already committed at {final}")
         pending = pending_fragments(self.root, step, fragments)
-        dropped = (
-            0 if min_version is None else sum(drop_stale(pending / name, min_version) for name in fragments)
-        )
+        dropped = drop_stale_fragments(pending, fragments, min_version)
         atomic_replace(pending, final)
         return dropped
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators.actors.names import ACTOR_CALL_S, NAMESPACE, answer
+from operators.actors.names import ACTOR_CALL_S, NAMESPACE, answer, on_this_node
 from operators.sinks.base import Sink
 from schemas.config import ExperienceBufferConfig
 
@@ -86,7 +86,14 @@ class QueueFeed:
         self.name, self.timeout, self.store = queue_name(run_name), timeout, store
         self.actor = (
             ray.remote(ExperienceQueue)
-            .options(name=self.name, namespace=NAMESPACE, num_cpus=0, lifetime="detached", get_if_exists=True)
+            .options(
+                name=self.name,
+                namespace=NAMESPACE,
+                num_cpus=0,
+                lifetime="detached",
+                get_if_exists=True,
+                **on_this_node(),
+            )
             .remote(capacity)
         )
 

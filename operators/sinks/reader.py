@@ -6,8 +6,9 @@
     for step, experiences in reader.steps(follow=True, idle_timeout=600):
         train_on(experiences)  # a pyarrow Table with schemas.experience.EXPERIENCE_SCHEMA
 
-A step is visible once its commit is (a folder rename for Parquet, a transaction for SQL), so a reader never
-sees a pending fragment or half a step.
+A step is visible once its commit is (a folder rename for Parquet, its marker object for Parquet on an object
+store, a transaction for SQL), so a reader never sees a pending fragment or half a step. The run dir may be an
+object-store URI (`s3://bucket/runs/x?...`, see `schemas.storage`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -23,6 +23,7 @@ from operators.sinks.base import Sink, open_sink
 from schemas.config import ExperienceBufferConfig, load_config
 from schemas.errors import InputError
 from schemas.run_dir import CONFIG
+from schemas.storage import Location, as_location, display, fetched, is_file, join
 
 POLL_S = 0.5
 
@@ -100,16 +101,17 @@ class ExperienceReader:
             stop.wait(poll_s)
 
 
-def buffer_config(run_dir: Path | str) -> ExperienceBufferConfig:
+def buffer_config(run_dir: Location) -> ExperienceBufferConfig:
     """The experience store of the run in `run_dir`, as its explorer wrote it in config.yaml."""
-    path = Path(run_dir) / CONFIG
-    if not path.is_file():
+    path = join(as_location(run_dir), CONFIG)
+    if not is_file(path):
         raise InputError(
-            "no config.yaml: not an explore run dir, or its explorer has not started yet", file=str(path)
+            "no config.yaml: not an explore run dir, or its explorer has not started yet", file=display(path)
         )
-    return load_config(path).buffer.trainer_input.experience_buffer
+    with fetched(path) as local:
+        return load_config(local).buffer.trainer_input.experience_buffer
 
 
-def open_reader(run_dir: Path | str, config: ExperienceBufferConfig | None = None) -> ExperienceReader:
+def open_reader(run_dir: Location, config: ExperienceBufferConfig | None = None) -> ExperienceReader:
     """A reader of the run in `run_dir`; its store comes from `config`, else from the run's config.yaml."""
-    return ExperienceReader(open_sink(config or buffer_config(run_dir), Path(run_dir)))
+    return ExperienceReader(open_sink(config or buffer_config(run_dir), as_location(run_dir)))

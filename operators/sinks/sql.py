@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +24,7 @@ from operators.sinks.parquet import filter_stale, pending_fragments, read_fragme
 from schemas.errors import InputError
 from schemas.experience import ADDED_COLUMNS, EXPERIENCE_SCHEMA, KEY, conform, is_single_turn
 from schemas.run_dir import PENDING
+from schemas.storage import Location, as_location, delete_tree, is_remote, join
 
 FIELD = "buffer.trainer_input.experience_buffer"
 SQLITE_BUSY_S = 60.0  # a trainer reading the same SQLite file holds its lock only briefly
@@ -80,8 +80,8 @@ def first_line(exc: sa.exc.DBAPIError) -> str:
 class SqlSink:
     """Driver side of the SQL sink; also what readers use (they never create tables)."""
 
-    def __init__(self, root: Path, url: str, name: str):
-        self.root = Path(root)
+    def __init__(self, root: Location, url: str, name: str):
+        self.root = as_location(root)
         self.url = store_url(url)
         self.name = name
         self.metadata = sa.MetaData()
@@ -134,7 +134,8 @@ class SqlSink:
         if step in self.committed_steps():
             raise RuntimeError(f"step {step} is already committed in {self.describe()}")
         pending = pending_fragments(self.root, step, fragments)
-        table, dropped = filter_stale(read_fragments([pending / n for n in sorted(fragments)]), min_version)
+        paths = [join(pending, n) for n in sorted(fragments)]
+        table, dropped = filter_stale(read_fragments(paths), min_version)
         try:
             with self._connection(begin=True) as conn:
                 self._check(conn, create=True)
@@ -161,9 +162,10 @@ class SqlSink:
         return decode_rows(rows, names)
 
     def discard_pending(self) -> None:
-        shutil.rmtree(self.root / PENDING, ignore_errors=True)
-        with contextlib.suppress(OSError):  # the staging root holds nothing else for SQL
-            self.root.rmdir()
+        delete_tree(join(self.root, PENDING))
+        if not is_remote(self.root):
+            with contextlib.suppress(OSError):  # the staging root holds nothing else for SQL
+                self.root.rmdir()
 
     # -- internals ---------------------------------------------------------------------------------------
 
@@ -173,8 +175,8 @@ class SqlSink:
         log = {"step": step, "num_experiences": len(rows), "committed_at": datetime.now(UTC)}
         conn.execute(sa.insert(self.steps), log)
 
-    def _remove_pending(self, pending: Path) -> None:
-        shutil.rmtree(pending, ignore_errors=True)
+    def _remove_pending(self, pending: Location) -> None:
+        delete_tree(pending)
 
     def _create_engine(self) -> sa.Engine:
         sqlite = self.url.get_backend_name() == "sqlite"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyarrow.fs import FileType
 from pydantic import ValidationError
 
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, tensor_meta
@@ -27,6 +28,7 @@ from operators.workflows.agent import AgentWorkflow
 from operators.workflows.registry import load_builtins, workflow_class
 from schemas.config import Config, validate_tree
 from schemas.errors import InputError, read_text
+from schemas.storage import Location, display, filesystem, is_remote
 
 CONFIG_JSON_MAX_MIB = 16
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -117,13 +119,65 @@ class Inputs:
     expected: TensorMetaMap
 
 
-def check_run_dir(path: Path) -> None:
-    """A run dir is a directory, or does not exist yet (it is made): anything else cannot hold a run."""
+MLFLOW_KEY = "monitor.mlflow_uri"
+CHECKPOINT_KEY = "synchronizer.checkpoint_dir"
+
+
+def check_run_dir(path: Location) -> None:
+    """A run dir is a directory, or does not exist yet (it is made): anything else cannot hold a run.
+
+    An object-store run dir is a prefix no object is named after, on a store that answers.
+    """
+    if is_remote(path):
+        fs, where = filesystem(path)
+        try:  # the bucket first: a run would otherwise fail at its first write, after the engines start
+            bucket, kind = (info.type for info in fs.get_file_info([where.split("/")[0], where]))
+        except OSError as exc:  # no credentials, no route to the endpoint, access denied
+            raise InputError(f"the object store cannot be reached ({exc})", file=display(path)) from None
+        if bucket == FileType.NotFound:
+            raise InputError("its bucket does not exist (or cannot be seen): create it", file=display(path))
+        if kind == FileType.File:
+            raise InputError(
+                "is an object, not a prefix: give a new or an existing run dir", file=display(path)
+            )
+        return
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError("is not a directory: give a new or an existing run directory", file=str(path))
     if path.is_symlink() and not path.exists():
         raise InputError("is a link to nothing (or a symlink loop)", file=str(path))
+
+
+def check_bench_run_dir(run_dir: Location) -> None:
+    """The bench writes its table, plot and state on a local disk: its run dir must be local."""
+    if is_remote(run_dir):
+        raise InputError(
+            "is on an object store, and the bench writes its results on a local disk: give a local run dir",
+            file=display(run_dir),
+        )
+
+
+def check_local_defaults(cfg: Config, run_dir: Location, mlflow_uri: str | None) -> None:
+    """With a run dir on an object store, refuse each default that would put a file on a local disk (which
+    other nodes cannot see, and which would be lost with the node), naming the key to set instead. The SQL
+    sink's SQLite default is refused where the sink is opened (`operators.sinks.base.open_sink`)."""
+    if not is_remote(run_dir):
+        return
+    where = f"the run dir {display(run_dir)} is on an object store"
+    if not (mlflow_uri or cfg.monitor.mlflow_uri):
+        raise InputError(
+            f"{where}, and the default MLflow store is a SQLite file in it: give --mlflow-uri (an MLflow "
+            "server, http://host:5000) or set this key",
+            field=MLFLOW_KEY,
+        )
+    if cfg.mode == "bench":
+        check_bench_run_dir(run_dir)
+    if cfg.synchronizer.sync_method == "checkpoint" and cfg.synchronizer.checkpoint_dir is None:
+        raise InputError(
+            f"{where}, and the default checkpoint dir is a folder in it: set this key to a folder the "
+            "trainer and the engines share",
+            field=CHECKPOINT_KEY,
+        )
 
 
 def check_model_dir(path: Path) -> dict[str, Any]:

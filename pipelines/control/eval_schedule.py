@@ -11,7 +11,6 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 from operators.tasks.reader import TasksetPlan
 from pipelines.control.evaluate import evaluate
@@ -20,6 +19,7 @@ from pipelines.control.metrics import eval_metrics
 from pipelines.control.tracking import MlflowMonitor
 from schemas.config import Config
 from schemas.run_dir import RunDir
+from schemas.storage import Location, join
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class EvalSchedule:
     """The explorer's evals: which steps are due, the one running, and their metrics logged once."""
 
-    def __init__(self, config: Config, run_dir: Path):
+    def __init__(self, config: Config, run_dir: Location):
         self.config, self.run_dir = config, run_dir
         self.plans: dict[str, TasksetPlan] = {}
         self.fleet: EngineFleet | None = None
@@ -73,7 +73,7 @@ class EvalSchedule:
         started = time.monotonic()
         metrics: dict[str, float] = {}
         for taskset in self.config.buffer.explorer_input.eval_tasksets:
-            out = RunDir(self.run_dir).eval_step(step) / f"{taskset.name}.parquet"
+            out = join(RunDir(self.run_dir).eval_step(step), f"{taskset.name}.parquet")
             result = evaluate(self.config, self.fleet, taskset, self.plans[taskset.name], step, out)
             if len(result.experiences):
                 metrics.update(eval_metrics(taskset.name, result.experiences, taskset.repeat_times))

@@ -22,6 +22,7 @@ from schemas.atomic import atomic_open
 from schemas.config import Config, TasksetConfig
 from schemas.experience import EXPERIENCE_SCHEMA
 from schemas.status import flatten_experiences
+from schemas.storage import Location, is_remote
 
 
 @dataclass
@@ -48,7 +49,12 @@ class Evaluation:
 
 
 def evaluate(
-    cfg: Config, fleet: Fleet, taskset: TasksetConfig, plan: TasksetPlan, step: int, out: Path | None = None
+    cfg: Config,
+    fleet: Fleet,
+    taskset: TasksetConfig,
+    plan: TasksetPlan,
+    step: int,
+    out: Location | None = None,
 ) -> Evaluation:
     """Every task of `taskset` through the fleet's engines, labelled `step`; experiences written to `out`."""
     started = time.monotonic()
@@ -58,7 +64,8 @@ def evaluate(
     records = pa.concat_tables(batches) if batches else None
     experiences = flatten_experiences(records) if records is not None else EXPERIENCE_SCHEMA.empty_table()
     if out is not None and len(experiences):
-        out.parent.mkdir(parents=True, exist_ok=True)
+        if not is_remote(out):  # an object store has no folders to make
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(out) as f:
             pq.write_table(experiences, f)
     return Evaluation(taskset, experiences, records, seconds)

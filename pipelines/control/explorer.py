@@ -22,14 +22,14 @@ import ray
 import yaml
 
 from operators.actors.gate import StepGate
-from operators.actors.names import NAMESPACE, answer
+from operators.actors.names import NAMESPACE, answer, on_this_node
 from operators.engine.checkpoints import TensorMetaMap, check_checkpoint
 from operators.rollout.runner import runs_per_task
 from operators.sinks.base import open_sink
 from operators.sinks.queue import QueueFeed, open_feed
 from operators.tasks.reader import TasksetPlan
 from pipelines.benchmark.session import benchmark_for_explorer
-from pipelines.control.checks import check_inputs, check_run_dir
+from pipelines.control.checks import check_bench_run_dir, check_inputs, check_local_defaults, check_run_dir
 from pipelines.control.eval_schedule import EvalSchedule
 from pipelines.control.fleet import EngineFleet, LoadError, WeightUpdate
 from pipelines.control.metrics import experience_metrics
@@ -51,6 +51,7 @@ from pipelines.control.weight_sync import CheckpointSource, SyncOutcome, WeightS
 from schemas.atomic import atomic_write_text
 from schemas.config import Config, flatten
 from schemas.run_dir import RunDir, checkpoint_dir_name, trainer_status_path
+from schemas.storage import Location, as_location, base_name, is_remote, make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +72,12 @@ class Explorer:
     ):
         """`engines`: a started fleet to share (a test's, a benchmark script's); it is left running."""
         self.config = config
-        self.run_dir = Path(
-            run_dir or Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        ).resolve()
+        where = as_location(run_dir or Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        self.run_dir: Location = where if is_remote(where) else Path(where).resolve()
         self.ray_address, self.verbose, self.progress = ray_address, verbose, progress
-        self.tracking_uri = mlflow_uri or config.monitor.mlflow_uri or default_tracking_uri(self.run_dir)
+        self.explicit_mlflow_uri = mlflow_uri or config.monitor.mlflow_uri
+        local = not is_remote(self.run_dir)  # else an explicit URI is required (`check_local_defaults`)
+        self.tracking_uri = self.explicit_mlflow_uri or (default_tracking_uri(self.run_dir) if local else "")
         self.sink = open_sink(config.buffer.trainer_input.experience_buffer, self.run_dir)
         self.feed: QueueFeed | None = None  # the experience queue, when buffer.trainer_input asks for one
         self.fleet, self.owned = engines, False
@@ -96,7 +98,7 @@ class Explorer:
 
     @property
     def name(self) -> str:
-        return self.run_dir.name
+        return base_name(self.run_dir)
 
     @property
     def totals(self) -> dict[str, float]:
@@ -109,11 +111,12 @@ class Explorer:
         """Check every input, then start Ray, the engines and MLflow; resume if the run dir holds a run."""
         cfg = self.config
         check_run_dir(self.run_dir)
+        check_local_defaults(cfg, self.run_dir, self.explicit_mlflow_uri)
         inputs = check_inputs(cfg)
         check_resume(cfg, self.run_dir)  # before anything of this run is started or written
         self.plan, self.eval_plans, self.expected = inputs.plan, inputs.eval_plans, inputs.expected
         self.state = resume_state(self.run_dir, self.sink)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.run_dir)
         init_ray(cfg.ray, self.ray_address, self.verbose)
         if self.fleet is None:
             self.fleet, self.owned = EngineFleet(cfg, self.name), True
@@ -123,7 +126,8 @@ class Explorer:
         self._start_stream()
         # The tracking store is set up while the engines load their model.
         experiment = cfg.monitor.experiment or cfg.project
-        artifacts = RunDir(self.run_dir).mlartifacts
+        # On an object-store run dir the artifacts go where the tracking server keeps them.
+        artifacts = None if is_remote(self.run_dir) else RunDir(self.run_dir).mlartifacts
         self.monitor = MlflowMonitor(
             self.tracking_uri, experiment, self.name, artifacts, self.state.mlflow_run_id
         )
@@ -356,6 +360,7 @@ class Explorer:
         child runs nest under this run and the engines go back to its version; without it, engines start
         here (and stop at `shutdown()`) and the benchmark makes a parent run of its own.
         """
+        check_bench_run_dir(self.run_dir)
         await self.evals.finish(wait=True)  # the engines are about to change weights
         init_ray(self.config.ray, self.ray_address, self.verbose)
         if self.fleet is None:
@@ -417,7 +422,9 @@ class Explorer:
     def _start_stream(self) -> None:
         """The step gate actor, closed (every step after the last committed one waits), and the training
         dataset draining behind it."""
-        gate = ray.remote(StepGate).options(name=self.gate_name, namespace=NAMESPACE, num_cpus=0)
+        gate = ray.remote(StepGate).options(
+            name=self.gate_name, namespace=NAMESPACE, num_cpus=0, **on_this_node()
+        )
         self.gate = gate.remote(self.state.latest_step)
         first = self.state.latest_step + 1
         dataset = explore_dataset(

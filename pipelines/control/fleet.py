@@ -26,6 +26,16 @@ from typing import Any, Protocol
 
 from operators.actors.names import ACTOR_CALL_S, answer
 from operators.engine.actor import VLLMEngine
+from pipelines.control.placement import (
+    EngineShape,
+    choose_node,
+    engine_shape,
+    group_node,
+    live_nodes,
+    refusal,
+    release,
+    reserve,
+)
 from schemas.config import Config, ExplorerConfig
 from schemas.errors import InputError
 
@@ -131,36 +141,37 @@ def engine_runtime_env() -> dict[str, Any]:
     return {"env_vars": {"VLLM_LOGGING_LEVEL": level, **({"PYTHONWARNINGS": "ignore"} if quiet else {})}}
 
 
-def launch_engine(cfg: Config, name: str, closed: bool = False, index: int = 0) -> Any:
+def launch_engine(cfg: Config, name: str, closed: bool = False, index: int = 0, group: Any = None) -> Any:
     """One engine actor called `name` on the base model; `closed` holds its requests until its first load
     (a replacement must be put on the fleet's restore point before it serves anything). Engine `index`
-    serves its OpenAI API (when enabled) on `port + index`, or on a free port when `port` is 0."""
+    serves its OpenAI API (when enabled) on `port + index`, or on a free port when `port` is 0. `group`:
+    the engine's placement group (`pipelines.control.placement`); the actor takes its share of bundle 0."""
     import ray  # heavy, deferred: the driver's modules import without Ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # heavy, deferred: as ray
 
     rollout = cfg.explorer.rollout_model
     port = rollout.port + index if rollout.port else 0
     rollout = rollout.model_copy(update={"device": resolve_device(cfg), "port": port})
-    gpus = rollout.tensor_parallel_size if rollout.device == "gpu" else 0
-    options = {"num_cpus": rollout.engine_cpus, "num_gpus": gpus, "runtime_env": engine_runtime_env()}
-    actor = ray.remote(VLLMEngine).options(name=name, **options)
+    shape = engine_shape(rollout.tensor_parallel_size, rollout.device == "gpu", rollout.engine_cpus)
+    options: dict[str, Any] = {"num_cpus": shape.actor_cpus, "num_gpus": shape.actor_gpus}
+    if group is not None:
+        # capture: anything the engine starts (vLLM's Ray workers, one per rank) stays in its group
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(group, 0, True)
+    actor = ray.remote(VLLMEngine).options(name=name, runtime_env=engine_runtime_env(), **options)
     return actor.remote(str(cfg.model.model_path), rollout.model_dump(mode="json"), 0, closed)
+
+
+def fleet_shape(cfg: Config) -> EngineShape:
+    rollout = cfg.explorer.rollout_model
+    return engine_shape(rollout.tensor_parallel_size, resolve_device(cfg) == "gpu", rollout.engine_cpus)
 
 
 def check_resources(cfg: Config) -> None:
     """Refuse at once an engine request the cluster can never grant (Ray would leave it pending for ever)."""
-    import ray  # heavy, deferred: the driver's modules import without Ray
-
-    rollout = cfg.explorer.rollout_model
-    gpus = rollout.tensor_parallel_size if resolve_device(cfg) == "gpu" else 0
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    fits = [n for n in nodes if n.get("CPU", 0) >= rollout.engine_cpus and n.get("GPU", 0) >= gpus]
-    total_cpu = sum(n.get("CPU", 0) for n in nodes)
-    need = rollout.engine_num * rollout.engine_cpus
-    if not fits or need > total_cpu or rollout.engine_num * gpus > sum(n.get("GPU", 0) for n in nodes):
-        have = ", ".join(f"{n.get('CPU', 0):g} CPUs and {n.get('GPU', 0):g} GPUs" for n in nodes) or "no node"
+    reason = refusal(fleet_shape(cfg), cfg.explorer.rollout_model.engine_num, live_nodes())
+    if reason is not None:
         raise InputError(
-            f"{rollout.engine_num} engines need {rollout.engine_cpus:g} CPUs and {gpus} GPUs each; the Ray "
-            f"cluster has {have}: lower explorer.rollout_model.engine_num or engine_cpus, or give Ray more "
+            f"{reason}: lower explorer.rollout_model.engine_num or engine_cpus, or give Ray more "
             "(ray.num_cpus)",
             field="explorer.rollout_model.engine_cpus",
         )
@@ -199,10 +210,10 @@ class EngineFleet:
         self.cfg = cfg
         self.base = Path(cfg.model.model_path).resolve()
         self.names = [f"{run_name}/engine-{i}" for i in range(cfg.explorer.rollout_model.engine_num)]
-        self.launch_one = launch or (
-            lambda name, closed: launch_engine(cfg, name, closed=closed, index=self.names.index(name))
-        )
+        self.launch_one = launch or self.launch_placed
         self.handles: list[Any] = []
+        self.groups: list[Any] = [None] * len(self.names)  # each engine's placement group, once reserved
+        self.nodes: list[str | None] = [None] * len(self.names)  # the node each group was placed on
         self.lock = threading.RLock()
         self.current = Restore(0, path=self.base)
         self.group: dict[str, Any] | None = None  # the trainer's weight-sync group, once joined
@@ -218,7 +229,8 @@ class EngineFleet:
         """Create the actors; they load the model in the background (`wait()` blocks until they have)."""
         if not self.handles:
             check_resources(self.cfg)
-            self.handles = [self.launch_one(name, False) for name in self.names]
+            for name in self.names:  # one by one: a refused placement leaves those made so far to `stop()`
+                self.handles.append(self.launch_one(name, False))
 
     def wait(self) -> None:
         """Block until every engine has loaded its model, so start errors surface here with their reason;
@@ -236,8 +248,8 @@ class EngineFleet:
 
     def start(self) -> EngineFleet:
         """Launch and wait; engines that fail to start are not left behind."""
-        self.launch()
         try:
+            self.launch()
             self.wait()
         except BaseException:
             self.stop()
@@ -258,6 +270,8 @@ class EngineFleet:
         for engine in self.handles:
             ray.kill(engine)
         self.handles = []
+        for index in range(len(self.names)):
+            self.release_group(index)
 
     # -- weights -----------------------------------------------------------------------------------------
 
@@ -413,6 +427,7 @@ class EngineFleet:
             fresh = restore.path != self.base
             self.restarts_per_engine[index] += 1
             ray.kill(self.handles[index], no_restart=True)
+            self.release_group(index)  # its node may be gone: the replacement chooses afresh
             replacement = self.launch_named(name, closed=fresh)
             self.handles[index] = replacement
             ray.get(replacement.ready.remote(), timeout=timeout)
@@ -433,7 +448,29 @@ class EngineFleet:
         while True:
             try:
                 return self.launch_one(name, closed)
+            except InputError:  # no room for its placement group: waiting on here would not help
+                raise
             except ValueError:  # "name already taken": the old actor is not gone yet
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.2)
+
+    # -- placement ---------------------------------------------------------------------------------------
+
+    def launch_placed(self, name: str, closed: bool) -> Any:
+        """The default launch: the engine's placement group (one per engine life), then its actor."""
+        index = self.names.index(name)
+        if self.groups[index] is None:
+            shape, placement = fleet_shape(self.cfg), self.cfg.explorer.rollout_model.placement
+            others = [node for i, node in enumerate(self.nodes) if i != index and node is not None]
+            target = choose_node(live_nodes(), others, shape.total, placement)
+            group = reserve(shape, target, name, self.settings.engine_restart_timeout)
+            self.groups[index], self.nodes[index] = group, group_node(group)
+            log.info("%s placed on node %s (%s: preferred %s)", name, self.nodes[index], placement, target)
+        return launch_engine(self.cfg, name, closed=closed, index=index, group=self.groups[index])
+
+    def release_group(self, index: int) -> None:
+        if self.groups[index] is not None:
+            with contextlib.suppress(Exception):  # already gone with its node, or with Ray
+                release(self.groups[index])
+        self.groups[index], self.nodes[index] = None, None

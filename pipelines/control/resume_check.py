@@ -12,7 +12,6 @@ old and new value; a changed free key is allowed and logged.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -20,6 +19,7 @@ from pydantic import BaseModel
 from schemas.config import Config, flatten, load_config
 from schemas.errors import InputError
 from schemas.run_dir import CONFIG
+from schemas.storage import Location, as_location, display, fetched, is_file, join
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +38,19 @@ def is_free(key: str, model: type[BaseModel] = Config) -> bool:
     return False
 
 
-def saved_config(run_dir: Path) -> Config | None:
+def saved_config(run_dir: Location) -> Config | None:
     """The config a run was started with, or None for a run dir without one (nothing to compare)."""
-    path = Path(run_dir) / CONFIG
-    if not path.is_file():
+    path = join(as_location(run_dir), CONFIG)
+    if not is_file(path):
         return None
     try:  # through load_config: a `${oc.env:NAME}` the run wrote in place of a value is read again
-        return load_config(path)
+        with fetched(path) as local:
+            return load_config(local)
     except InputError as exc:
         reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
         raise InputError(
             f"the run's saved config is unreadable ({reason}); restore it, or use a new --run-dir",
-            file=str(path),
+            file=display(path),
         ) from None
 
 
@@ -61,7 +62,7 @@ def changed_keys(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
     return [(k, before.get(k, missing), after.get(k, missing)) for k in keys if before.get(k) != after.get(k)]
 
 
-def check_resume(cfg: Config, run_dir: Path) -> None:
+def check_resume(cfg: Config, run_dir: Location) -> None:
     """Refuse a resume whose identity keys differ from the run's saved config; log the free ones."""
     old = saved_config(run_dir)
     if old is None:
@@ -73,7 +74,7 @@ def check_resume(cfg: Config, run_dir: Path) -> None:
         raise InputError(
             f"this run was started with another config, and resuming it would change what its steps hold "
             f"({listed}). Set them back, or use a new --run-dir",
-            file=str(Path(run_dir) / CONFIG),
+            file=display(join(as_location(run_dir), CONFIG)),
         )
     for key, was, now in changes:
         log.info("resume: %s changed from %s to %s", key, was, now)

@@ -8,6 +8,7 @@ import logging
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
@@ -18,9 +19,25 @@ PARAMS_PER_BATCH = 100
 PARAM_VALUE_LIMIT = 6000
 
 
+SERVER_SCHEMES = ("http", "https")
+
+
 def default_tracking_uri(run_dir: Path) -> str:
     """SQLite with an absolute path, so the store does not depend on the working directory."""
     return f"sqlite:///{Path(run_dir).resolve() / MLFLOW_DB}"
+
+
+def is_tracking_server(tracking_uri: str) -> bool:
+    """Whether `tracking_uri` is an MLflow tracking server (`http://host:port`): the server then owns where
+    artifacts go (its `--artifacts-destination` or `--default-artifact-root`), not the run dir."""
+    return urlparse(tracking_uri).scheme in SERVER_SCHEMES
+
+
+def browse_hint(tracking_uri: str) -> str:
+    """How a user looks at the run: the server's own UI, or `mlflow ui` on a local store."""
+    if is_tracking_server(tracking_uri):
+        return f"{tracking_uri} (the tracking server's UI)"
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
 class MlflowMonitor:
@@ -29,17 +46,25 @@ class MlflowMonitor:
         tracking_uri: str,
         experiment: str,
         run_name: str,
-        artifact_root: Path,
+        artifact_root: Path | None,
         run_id: str | None = None,
     ):
-        """A new run, or `run_id` reopened (resume continues the same run)."""
+        """A new run, or `run_id` reopened (resume continues the same run).
+
+        A new experiment keeps its artifacts under `artifact_root` (the run dir's `mlartifacts/`) when the
+        store is local; on a tracking server it takes the server's artifact location, so every node and
+        every user of the server sees them and no artifact is written on the driver's disk.
+        """
         for noisy in ("alembic", "mlflow.store.db.utils"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
-            location = Path(artifact_root).resolve().as_uri()
+            # None: the tracking server's own artifact store, or, for a run dir on an object store, whatever
+            # store the tracking URI names (there is no local run dir for artifacts)
+            local = artifact_root is not None and not is_tracking_server(tracking_uri)
+            location = Path(artifact_root).resolve().as_uri() if local else None
             experiment_id = self.client.create_experiment(experiment, artifact_location=location)
         else:
             experiment_id = found.experiment_id

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from operators.actors.hub import WeightHub
-from operators.actors.names import NAMESPACE, answer
+from operators.actors.names import NAMESPACE, answer, on_this_node
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, find_checkpoints
 from pipelines.control.fleet import Fleet, LoadError, WeightUpdate
 from pipelines.control.sync_policy import read_trainer_status
@@ -178,7 +178,7 @@ def open_weight_source(
         source: CheckpointSource | HubSource = CheckpointSource(checkpoint_dir, expected, trainer_status)
     else:
         actor = ray.remote(WeightHub).options(
-            name=hub_name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0
+            name=hub_name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0, **on_this_node()
         )
         hub = actor.remote()
         tp = cfg.explorer.rollout_model.tensor_parallel_size

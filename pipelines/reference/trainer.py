@@ -41,6 +41,7 @@ from pipelines.reference.grpo import GRPOConfig, make_optimizer, train_on_experi
 from schemas.atomic import atomic_write_json
 from schemas.config import DEFAULT_MODEL, ExperienceBufferConfig
 from schemas.run_dir import CHECKPOINTS, checkpoint_dir_name, trainer_status_path
+from schemas.storage import Location, as_location, base_name
 
 POLL_S = 0.2
 EPILOG = """\
@@ -54,7 +55,7 @@ The explorer must use the same method (synchronizer.sync_method) and, for checkp
 
 @dataclass
 class TrainerOptions:
-    run_dir: Path
+    run_dir: Location  # a local path or an object-store URI (`schemas.storage`)
     model_path: Path = DEFAULT_MODEL
     method: str = "checkpoint"
     checkpoint_dir: Path | None = None  # default: <run dir>/checkpoints
@@ -129,11 +130,11 @@ class Trainer:
         Ends on `stop()`, or when no step comes for `idle_timeout` seconds.
         """
 
-        run_dir = Path(self.options.run_dir)
+        run_dir = as_location(self.options.run_dir)
         buffer = self.options.experience_buffer or buffer_config(run_dir)
         wait = {"poll_s": POLL_S, "idle_timeout": self.options.idle_timeout, "stop": self.stopping}
         if buffer.queue_capacity is not None:
-            return iter(QueueReader(run_dir.name, after=self.version, **wait))
+            return iter(QueueReader(base_name(run_dir), after=self.version, **wait))
         return open_reader(run_dir, buffer).steps(self.version + 1, follow=True, **wait)
 
     def _train(self, experiences: pa.Table) -> dict[str, float]:
@@ -196,7 +197,7 @@ class Trainer:
 
     def _hub(self) -> Any:
         if self.hub is None:
-            name = self.options.hub_name or f"{Path(self.options.run_dir).name}/weights"
+            name = self.options.hub_name or f"{base_name(self.options.run_dir)}/weights"
             self.hub = ray.get_actor(name, namespace=NAMESPACE)
         return self.hub
 

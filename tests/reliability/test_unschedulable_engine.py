@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
 
 from pipelines.control.fleet import EngineFleet
 from pipelines.control.runtime import init_ray
@@ -22,9 +24,37 @@ def local_ray():
 def test_an_engine_asking_for_more_cpus_than_any_node_has_is_refused_before_it_is_made():
     cfg = load_config(None, ["explorer.rollout_model.engine_cpus=64"])
     fleet = EngineFleet(cfg, "unschedulable")
-    with pytest.raises(InputError, match=r"need 64 CPUs and 0 GPUs each; the Ray cluster has 4 CPUs"):
+    with pytest.raises(
+        InputError, match=r"need 64 CPUs and 0 GPUs each, on one node each; the Ray cluster has 4 CPUs"
+    ):
         fleet.launch()
     assert fleet.handles == []  # no actor was made to wait on
+
+
+def test_an_engine_whose_resources_stay_taken_is_refused_at_its_deadline_with_what_is_free():
+    """The cluster could hold the engine, but its CPUs are taken: the placement group waits, then is refused
+    (removed, not left pending) with what it asked for and what the cluster has free."""
+    free = ray.available_resources().get("CPU", 0.0)
+    blocker = placement_group([{"CPU": free - 1.0}])  # leaves one CPU free, where the engine asks for two
+    ray.get(blocker.ready(), timeout=30)
+    try:
+        cfg = load_config(None, ["explorer.rollout_model.engine_cpus=2", "explorer.engine_restart_timeout=2"])
+        fleet = EngineFleet(cfg, "crowded")
+        started = time.monotonic()
+        with pytest.raises(
+            InputError, match=r"crowded/engine-0: no node could hold its placement group"
+        ) as err:
+            fleet.start()
+        assert time.monotonic() - started < 30
+        assert (
+            "(1 bundles, 2 CPU on one node) within 2 s; the Ray cluster has 4 CPU, of which 1 CPU free"
+            in str(err.value)
+        )
+        assert fleet.handles == [] and fleet.groups == [None]
+        groups = ray.util.placement_group_table().values()
+        assert [g["state"] for g in groups if g["state"] != "REMOVED"] == ["CREATED"]  # the blocker only
+    finally:
+        remove_placement_group(blocker)
 
 
 def test_the_cli_says_so_with_exit_2_within_seconds(tmp_path, capsys):
