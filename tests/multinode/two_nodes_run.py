@@ -158,7 +158,11 @@ def main(out: Path) -> None:
         asyncio.run(explore(Explorer(cfg, out / "undisturbed", progress=False, engines=fleet)))
         report["undisturbed_s"] = time.monotonic() - started
 
-        lost = report["before"]["placed"][1]
+        # The driver's node holds the run's small actors (gate, hub): losing it ends the run, as losing the
+        # driver would. On one machine all nodes share an address and the driver may attach to a worker node,
+        # so the node removed is an engine's node other than the driver's.
+        driver = ray.get_runtime_context().get_node_id()
+        lost = next(node for node in reversed(report["before"]["placed"]) if node != driver)
         doomed = next(node for node in workers.values() if node.node_id == lost)
         explorer = Explorer(cfg, out / "disturbed", progress=False, engines=fleet)
         seen: dict = {}
