@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from operators.engine.actor import Generation, Sample
+from operators.engine.samples import Generation, Sample
 
 STAND_IN_TEXT = "The answer is 42."  # scored by the task's own reward function, as a real response would be
 

@@ -39,6 +39,9 @@ class RolloutArgs(Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
     top_k: int = Field(-1, ge=-1, le=MAX_INT32, description="top-k sampling (-1: off)")
     max_tokens: int = Field(16, ge=1, description="max response tokens (below `max_model_len`)")
+    ignore_eos: bool = Field(
+        False, description="sample on past the end-of-sequence token, up to `max_tokens`"
+    )
     logprobs: int = Field(
         0, ge=0, le=20, description="extra top-k logprobs per token (at most 20); the sampled token's is kept"
     )
@@ -284,7 +287,9 @@ class SynchronizerConfig(Strict):
     """When and from where the explorer takes the trainer's newest weights (docs/DESIGN.md: weight sync)."""
 
     # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
-    free_on_resume: ClassVar[frozenset[str]] = frozenset({"sync_timeout", "trainer_status"})
+    free_on_resume: ClassVar[frozenset[str]] = frozenset(
+        {"sync_timeout", "trainer_status", "partial_rollout"}
+    )
 
     sync_method: Literal["none", "checkpoint", "broadcast", "memory"] = Field(
         "none",
@@ -308,6 +313,13 @@ class SynchronizerConfig(Strict):
     )
     sync_interval: int = Field(1, ge=1, description="steps per period")
     sync_offset: int = Field(0, ge=0, description="steps explored before the first sync")
+    partial_rollout: bool = Field(
+        False,
+        description="a sync cuts the generations in flight instead of waiting for them; each keeps its "
+        "tokens and logprobs and goes on under the new weights, every token stamped with its version "
+        "(`token_versions`; staleness counts the oldest). The `mask_old_tokens` experience op keeps the "
+        "older tokens out of training",
+    )
     sync_timeout: float = Field(
         1200.0,
         gt=0.0,

@@ -79,6 +79,10 @@ class PassRateArgs(OpArgs):
     threshold: float = Field(1.0, description="a run passes when its reward is at least this")
 
 
+class MaskOldTokensArgs(OpArgs):
+    """Which tokens count as old is fixed: those sampled before the newest version in their experience."""
+
+
 BUILTIN_OP_ARGS: dict[str, type[OpArgs]] = {
     "grpo_advantage": GrpoAdvantageArgs,
     "rloo_advantage": RlooAdvantageArgs,
@@ -86,6 +90,7 @@ BUILTIN_OP_ARGS: dict[str, type[OpArgs]] = {
     "reward_std_filter": RewardStdFilterArgs,
     "reward_shaping": RewardShapingArgs,
     "pass_rate": PassRateArgs,
+    "mask_old_tokens": MaskOldTokensArgs,
 }
 
 

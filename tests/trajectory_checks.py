@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators.engine.actor import Generation
 from operators.engine.client import EngineClient
+from operators.engine.samples import Generation
 
 
 class SpyClient(EngineClient):

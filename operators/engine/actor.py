@@ -4,7 +4,9 @@ It lives outside Ray Data (pool actors are rebuilt silently and cannot be messag
 only forwards requests to it. The model version is read when a request is dispatched, never at completion.
 
 Weights are swapped in place (no restart) by `operators.engine.worker_extension`, inside a pause: new requests
-wait, requests in flight finish on the old weights, and no request ever runs on a mix of versions.
+wait, and requests in flight finish on the old weights, so no request runs on a mix of versions. With partial
+rollout (`preempt`), the swap cuts the direct requests in flight instead, and each goes on under the new
+weights from its prompt plus what it had sampled (`operators.engine.samples`), its tokens stamped per version.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from operators.engine.openai_server import OpenAIServer, request_text, requested_max_tokens, start_server
 from operators.engine.proc_stats import process_tree_memory
 from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
+from operators.engine.samples import Draft, Generation
 from operators.engine.transfer import from_wire, stage_state_dict
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import StaleRequest, TaskInputError
@@ -29,24 +32,6 @@ from schemas.errors import StaleRequest, TaskInputError
 
 class EngineGone(RuntimeError):
     """The engine can serve no more requests (its vLLM core died); the caller waits for its replacement."""
-
-
-@dataclass
-class Sample:
-    response_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    text: str
-
-
-@dataclass
-class Generation:
-    """One request's result: the prompt as the engine saw it and `n` samples, stamped at dispatch."""
-
-    prompt_ids: list[int]
-    prompt_text: str
-    model_version: int
-    samples: list[Sample]
 
 
 def use_gpu(cfg: RolloutModelConfig) -> bool:
@@ -126,6 +111,8 @@ class VLLMEngine:
             str, int
         ] = {}  # request id -> version at dispatch, of direct requests in flight
         self.hopeless: set[str] = set()  # ids aborted by `abort_older_than`
+        self.preempted: set[str] = set()  # ids cut by a swap, to go on under the new weights
+        self.preemptions = 0  # requests cut by swaps and continued (a running total, for the step metrics)
         self.wasted_tokens = 0  # tokens sampled by requests aborted as hopeless
         self.drained = asyncio.Condition()
         self.rollout = rollout
@@ -182,9 +169,14 @@ class VLLMEngine:
 
     def counters(self) -> dict[str, float]:
         """Running totals for the per-step metrics: seconds with a request in flight (direct or over HTTP),
-        and tokens sampled by requests aborted as hopeless."""
+        tokens sampled by requests aborted as hopeless, and requests cut by a swap to go on (partial
+        rollout)."""
         busy = self.busy_s + (time.monotonic() - self.busy_since if self.in_flight else 0.0)
-        return {"busy_s": busy, "wasted_tokens": float(self.wasted_tokens)}
+        return {
+            "busy_s": busy,
+            "wasted_tokens": float(self.wasted_tokens),
+            "preempted": float(self.preemptions),
+        }
 
     def check_request(self, body: dict[str, Any]) -> None:
         """The prompt rules for an OpenAI API request: refused by its text's length alone, untokenized."""
@@ -296,10 +288,8 @@ class VLLMEngine:
         self, prompt: str | list[int], sampling: dict[str, Any], limit: int | None = None
     ) -> dict[str, Any]:
         """Sample `sampling['n']` responses; logprobs are those of the sampled tokens. `limit`: the longest
-        prompt, in place of `prompt_limit` (a later turn's prompt holds the conversation so far)."""
-        from vllm import SamplingParams  # heavy, deferred: only the engine process imports vLLM
-        from vllm.sampling_params import RequestOutputKind  # heavy, deferred: as above
-
+        prompt, in place of `prompt_limit` (a later turn's prompt holds the conversation so far). A sample
+        cut by a swap with partial rollout goes on from the prompt plus what it had, under the new weights."""
         limit = limit or self.prompt_limit(sampling)
         prompt_ids = self.fit_prompt(
             self.encode(prompt, add_special_tokens=True, limit=limit)
@@ -307,11 +297,48 @@ class VLLMEngine:
             else list(prompt),
             limit,
         )
+        n = int(sampling.get("n") or 1)
+        version, outputs, preempted = await self.request(prompt_ids, sampling, None, 0)
+        drafts = [Draft() for _ in range(n)]
+        for draft, choice in zip(drafts, outputs + [None] * (n - len(outputs)), strict=True):
+            draft.add(choice, version)
+        if preempted:
+            await asyncio.gather(
+                *(self.go_on(prompt_ids, d, sampling, i) for i, d in enumerate(drafts) if d.cut)
+            )
+        samples = [d.sample(self.tokenizer.decode(d.ids, skip_special_tokens=True) if d.pieces > 1 else None)
+                   for d in drafts]  # fmt: skip
+        oldest = min((v for d in drafts for v in d.versions), default=version)
+        return asdict(Generation(list(prompt_ids), self.tokenizer.decode(prompt_ids), oldest, samples))
+
+    async def go_on(self, prompt_ids: list[int], draft: Draft, sampling: dict[str, Any], index: int) -> None:
+        """Continue a sample cut by a swap until it finishes (it may be cut again by the next swap)."""
+        preempted = True
+        while preempted and draft.cut and (rest := draft.rest(sampling, index)) is not None:
+            oldest = min(draft.versions, default=None)
+            version, outputs, preempted = await self.request(
+                [*prompt_ids, *draft.ids], rest, oldest, len(draft.ids)
+            )
+            draft.add(outputs[0] if outputs else None, version)
+
+    async def request(
+        self, prompt_ids: list[int], sampling: dict[str, Any], oldest: int | None, sampled: int
+    ) -> tuple[int, list[Any], bool]:
+        """One vLLM request: the version it ran on, its choices, and whether a swap cut it (partial rollout:
+        the choices it cut end with finish reason `abort`, the others as they finished).
+
+        `oldest`: the version of the first token sampled earlier for it (a continuation is judged stale by
+        that token); `sampled`: how many were, counted as waste if it is aborted as hopeless.
+        """
+        from vllm import SamplingParams  # heavy, deferred: only the engine process imports vLLM
+        from vllm.sampling_params import RequestOutputKind  # heavy, deferred: as above
+
         params = SamplingParams(**sampling, output_kind=RequestOutputKind.FINAL_ONLY)
         params.logprobs = sampling.get("logprobs") or 0
         version = await self.admit()
         request_id = uuid.uuid4().hex
-        self.dispatched[request_id] = version
+        stamp = version if oldest is None else min(oldest, version)
+        self.dispatched[request_id] = stamp
         try:
             final = None
             async for output in self.llm.generate({"prompt_token_ids": list(prompt_ids)}, params, request_id):
@@ -322,28 +349,36 @@ class VLLMEngine:
             raise
         finally:
             del self.dispatched[request_id]
+            preempted = request_id in self.preempted
+            self.preempted.discard(request_id)
             await self.release()
+        outputs = list(final.outputs) if final is not None else []
         if request_id in self.hopeless:
             self.hopeless.discard(request_id)
-            self.wasted_tokens += sum(len(c.token_ids) for c in final.outputs) if final is not None else 0
-            raise StaleRequest(
-                f"sampled on version {version}, which can no longer commit within max_staleness"
-            )
-        samples = []
-        for choice in final.outputs:
-            ids = list(choice.token_ids)
-            lps = [entry[token].logprob for token, entry in zip(ids, choice.logprobs or [], strict=True)]
-            samples.append(Sample(ids, lps, str(choice.finish_reason), choice.text))
-        text = self.tokenizer.decode(prompt_ids)
-        return asdict(Generation(list(prompt_ids), text, version, samples))
+            self.wasted_tokens += sampled + sum(len(c.token_ids) for c in outputs)
+            raise StaleRequest(f"sampled on version {stamp}, which can no longer commit within max_staleness")
+        return version, outputs, preempted
 
     # -- weights ----------------------------------------------------------------------------------------
 
-    async def _swap(self, version: int, load: Callable[[], Awaitable[int]]) -> dict[str, float]:
-        """Pause, let requests in flight finish, load, stamp the new version, resume; reports the pause."""
+    async def preempt(self) -> int:
+        """Cut the direct requests in flight (partial rollout): each goes on after the swap from its ids."""
+        cut = [rid for rid in self.dispatched if rid not in self.hopeless]
+        if cut:
+            self.preempted.update(cut)
+            self.preemptions += len(cut)
+            await self.llm.abort(cut)
+        return len(cut)
+
+    async def _swap(
+        self, version: int, load: Callable[[], Awaitable[int]], preempt: bool = False
+    ) -> dict[str, float]:
+        """Pause, let requests in flight finish (or cut them, with `preempt`), load, stamp the new version,
+        resume; reports the pause. Requests over HTTP always finish: their callers hold what they sampled."""
         paused = time.perf_counter()
         self.open.clear()
         try:
+            cut = await self.preempt() if preempt else 0
             async with self.drained:
                 await self.drained.wait_for(lambda: self.in_flight == 0)
             loaded = time.perf_counter()
@@ -352,10 +387,11 @@ class VLLMEngine:
         finally:
             self.open.set()
         now = time.perf_counter()
-        return {"version": version, "bytes": nbytes, "pause_s": now - paused, "load_s": now - loaded}
+        timing = {"pause_s": now - paused, "load_s": now - loaded}
+        return {"version": version, "bytes": nbytes, **timing, "preempted": cut}
 
     async def load_checkpoint(
-        self, path: str, version: int, timeout: float | None = None
+        self, path: str, version: int, timeout: float | None = None, preempt: bool = False
     ) -> dict[str, float]:
         """Reload every weight in place from a Hugging Face directory (already checked by the caller)."""
 
@@ -363,10 +399,14 @@ class VLLMEngine:
             await self.llm.collective_rpc("reload_weights", timeout, kwargs={"weights_path": str(path)})
             return sum(p.stat().st_size for p in Path(path).glob("*.safetensors"))
 
-        return await self._swap(version, load)
+        return await self._swap(version, load, preempt)
 
     async def load_state_dict(
-        self, state: dict[str, Any] | list[Any], version: int, timeout: float | None = None
+        self,
+        state: dict[str, Any] | list[Any],
+        version: int,
+        timeout: float | None = None,
+        preempt: bool = False,
     ) -> dict[str, float]:
         """Reload from tensors handed over in memory: a state dict, or `[ref]` to one in the Ray object store.
 
@@ -380,7 +420,7 @@ class VLLMEngine:
             async def load() -> int:
                 return (await self.llm.collective_rpc("rftflow_load_file", timeout, args=(str(staged),)))[0]
 
-            return await self._swap(version, load)
+            return await self._swap(version, load, preempt)
         finally:
             shutil.rmtree(staged.parent, ignore_errors=True)
 
@@ -392,7 +432,12 @@ class VLLMEngine:
         return await self.llm.collective_rpc("rftflow_open_group", timeout, args=args)
 
     async def receive_weights(
-        self, meta: list, version: int, timeout: float | None = None, bucket_bytes: int | None = None
+        self,
+        meta: list,
+        version: int,
+        timeout: float | None = None,
+        bucket_bytes: int | None = None,
+        preempt: bool = False,
     ) -> dict[str, float]:
         """Receive the trainer's bucketed broadcast of `meta`'s tensors (its bucket size) and load them."""
         args = (meta,) if bucket_bytes is None else (meta, bucket_bytes)
@@ -400,7 +445,7 @@ class VLLMEngine:
         async def load() -> int:
             return (await self.llm.collective_rpc("rftflow_receive", timeout, args=args))[0]
 
-        return await self._swap(version, load)
+        return await self._swap(version, load, preempt)
 
     async def get_weight(self, name: str):
         """The tensor the engine holds under vLLM's parameter name, in the engine's dtype."""

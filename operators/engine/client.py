@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 from operators.actors.names import find_actor
-from operators.engine.actor import EngineGone, Generation, Sample
+from operators.engine.actor import EngineGone
+from operators.engine.samples import Generation, Sample
 
 RETRY_POLL_S = 1.0  # how often a call to a lost engine looks for its replacement
 # A replacement takes the name within seconds of the old actor's removal; a name unused for longer than this
@@ -27,7 +28,7 @@ def derive_seed(base: int | None, *parts: object) -> int | None:
 
 def sampling_params(rollout_args: dict[str, Any], n: int, seed: int | None) -> dict[str, Any]:
     """vLLM SamplingParams fields from a task's rollout_args."""
-    keep = ("temperature", "top_p", "top_k", "max_tokens", "logprobs")
+    keep = ("temperature", "top_p", "top_k", "max_tokens", "ignore_eos", "logprobs")
     params = {k: rollout_args[k] for k in keep if k in rollout_args}
     params.update(n=n, seed=seed)
     return params

@@ -28,6 +28,7 @@ BUILTIN_MODULES = (
     "operators.ops.filters",
     "operators.ops.shaping",
     "operators.ops.pass_rate",
+    "operators.ops.mask_old_tokens",
 )
 
 

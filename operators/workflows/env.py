@@ -78,7 +78,7 @@ class EnvWorkflow(MultiTurnWorkflow):
             sample = generation.samples[0]
             calls.append(
                 Call(generation.prompt_ids, sample.response_ids, sample.logprobs, generation.model_version,
-                     sample.finish_reason)
+                     sample.finish_reason, sample.token_versions)
             )  # fmt: skip
             history = [*generation.prompt_ids, *sample.response_ids]
             if len(history) >= limits.budget:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-from operators.engine.actor import Generation, Sample
 from operators.engine.client import EngineClient, derive_seed, sampling_params
+from operators.engine.samples import Generation, Sample
 from operators.rollout.rewards import get_reward_fn
 from operators.workflows.registry import WorkflowBase, repeats
 from schemas.experience import Experience
@@ -69,6 +69,7 @@ class SingleTurnWorkflow(WorkflowBase):
             step=task.step,
             taskset=task.taskset,
             model_version=generation.model_version,
+            token_versions=sample.token_versions,
             prompt_ids=generation.prompt_ids,
             response_ids=sample.response_ids,
             logprobs=sample.logprobs,

@@ -29,6 +29,13 @@ class Call:
     logprobs: list[float]
     model_version: int
     finish_reason: str
+    token_versions: list[int] | None = (
+        None  # None: every id sampled at `model_version` (else: partial rollout)
+    )
+
+    @property
+    def versions(self) -> list[int]:
+        return self.token_versions or [self.model_version] * len(self.response_ids)
 
 
 @dataclass
@@ -59,16 +66,16 @@ class Segment:
         if inserted:
             start = len(self.response_ids)
             self.inserted_spans.append((start, start + len(inserted)))
-            self.extend(inserted, [0.0] * len(inserted), False, NOT_SAMPLED)
-        self.extend(call.response_ids, call.logprobs, True, call.model_version)
+            self.extend(inserted, [0.0] * len(inserted), False, [NOT_SAMPLED] * len(inserted))
+        self.extend(call.response_ids, call.logprobs, True, call.versions)
         self.turns += 1
         self.finish_reason = call.finish_reason
 
-    def extend(self, ids: list[int], logprobs: list[float], sampled: bool, version: int) -> None:
+    def extend(self, ids: list[int], logprobs: list[float], sampled: bool, versions: list[int]) -> None:
         self.response_ids += ids
         self.logprobs += logprobs
         self.action_mask += [sampled] * len(ids)
-        self.token_versions += [version] * len(ids)
+        self.token_versions += versions
 
     @property
     def model_version(self) -> int:

@@ -302,11 +302,14 @@ class EngineFleet:
 
     def load_call(self, engine: Any, update: WeightUpdate, timeout: float) -> Any:
         """The engine's load of `update`, as an object ref (each engine fetches a state dict by its ref)."""
+        preempt = self.cfg.synchronizer.partial_rollout  # cut the generations in flight, to go on after
         if update.kind == "checkpoint":
-            return engine.load_checkpoint.remote(str(update.path), update.version, timeout)
+            return engine.load_checkpoint.remote(str(update.path), update.version, timeout, preempt)
         if update.kind == "memory":
-            return engine.load_state_dict.remote([update.state], update.version, timeout)
-        return engine.receive_weights.remote(update.meta, update.version, timeout, update.bucket_bytes)
+            return engine.load_state_dict.remote([update.state], update.version, timeout, preempt)
+        return engine.receive_weights.remote(
+            update.meta, update.version, timeout, update.bucket_bytes, preempt
+        )
 
     def roll_back(self, loaded: list[int], errors: list[str], timeout: float) -> None:
         """Put the engines that loaded a refused version back on the restore point, or fail loudly."""

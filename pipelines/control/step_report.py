@@ -100,8 +100,9 @@ class StepReporter:
         )
 
     def engine_metrics(self, seconds: float) -> dict[str, float]:
-        """Since the last commit: engine time with nothing in flight over wall time across the engines, and
-        tokens sampled by requests aborted as hopeless (a replaced engine counts afresh: hence the floor)."""
+        """Since the last commit: engine time with nothing in flight over wall time across the engines,
+        tokens sampled by requests aborted as hopeless, and requests a sync cut to go on (partial rollout).
+        A replaced engine counts afresh: hence the floor."""
         now = self.counters()
         delta = {key: max(0.0, now.get(key, 0.0) - self.last.get(key, 0.0)) for key in now}
         self.last = now
@@ -110,6 +111,7 @@ class StepReporter:
         return {
             "rollout/idle_ratio": min(1.0, max(0.0, idle)),
             "rollout/wasted_tokens": delta.get("wasted_tokens", 0.0),
+            "rollout/preempted": delta.get("preempted", 0.0),
         }
 
     def close(self) -> None:

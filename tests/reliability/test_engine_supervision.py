@@ -50,7 +50,9 @@ class EngineDouble:
         await asyncio.sleep(sampling.get("delay", 0.0))
         return {"prompt_ids": [1], "prompt_text": str(prompt), "model_version": self.version, "samples": []}
 
-    async def load_checkpoint(self, path: str, version: int, timeout: float | None = None) -> dict:
+    async def load_checkpoint(
+        self, path: str, version: int, timeout: float | None = None, preempt: bool = False
+    ) -> dict:
         self.version = version
         self.loads.append(path)
         self.open.set()

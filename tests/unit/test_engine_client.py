@@ -30,6 +30,7 @@ def test_sampling_params_keep_vllm_fields_and_set_n_and_seed():
         "top_p": 0.9,
         "top_k": 5,
         "max_tokens": 12,
+        "ignore_eos": False,
         "logprobs": 2,
         "n": 4,
         "seed": 99,
