@@ -111,10 +111,9 @@ def test_engines_spread_over_two_nodes_and_a_lost_node_is_replaced_on_the_surviv
     # survivor, on version 5
     lost = report["removed"]["node"]
     survivor = next(node for node in workers.values() if node != lost)
-    assert lost in before["placed"] and lost != report["driver_node"]
+    assert lost in before["placed"] and lost not in (report["driver_node"], report["gate_node"])
     assert report["removed"]["after_step"] >= report["remove_after_step"]
     assert lost not in report["alive_nodes"]
-    assert report["gate_node"] == report["driver_node"]  # the run's own actors stay on the driver's node
     assert report["restarts"] == 1
     after = report["after"]
     assert after["placed"] == after["running"] == [survivor, survivor]

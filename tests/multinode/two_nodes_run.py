@@ -110,9 +110,13 @@ def actor_node(name: str) -> str | None:
     return alive[0]["Address"]["NodeID"] if alive else None
 
 
-def remove_when_committed(explorer: Explorer, cluster: Cluster, node: object, seen: dict) -> threading.Thread:
-    """Remove `node` from the cluster once the run has committed REMOVE_AFTER_STEP (from a thread: the run
-    goes on in the main one)."""
+def remove_when_committed(
+    explorer: Explorer, cluster: Cluster, workers: dict, placed: list[str], seen: dict
+) -> threading.Thread:
+    """Remove an engine's node from the cluster once the run has committed REMOVE_AFTER_STEP (from a thread:
+    the run goes on in the main one). Not the node of the driver or of the run's gate: losing those ends the
+    run, as losing the driver would. On one machine all nodes share an address, so the driver may attach to a
+    worker node, and the gate's soft affinity to the driver's node is not always honoured."""
 
     def watch() -> None:
         deadline = time.monotonic() + 300
@@ -120,7 +124,9 @@ def remove_when_committed(explorer: Explorer, cluster: Cluster, node: object, se
             time.sleep(0.05)
         seen["removed_at_step"] = explorer.state.latest_step
         seen["gate_node"] = actor_node(explorer.gate_name)
-        cluster.remove_node(node)
+        spared = {seen["gate_node"], ray.get_runtime_context().get_node_id()}
+        seen["lost"] = next(node for node in reversed(placed) if node not in spared)
+        cluster.remove_node(next(n for n in workers.values() if n.node_id == seen["lost"]))
         seen["removed_at_s"] = time.monotonic()
 
     thread = threading.Thread(target=watch, name="remove-node", daemon=True)
@@ -158,18 +164,12 @@ def main(out: Path) -> None:
         asyncio.run(explore(Explorer(cfg, out / "undisturbed", progress=False, engines=fleet)))
         report["undisturbed_s"] = time.monotonic() - started
 
-        # The driver's node holds the run's small actors (gate, hub): losing it ends the run, as losing the
-        # driver would. On one machine all nodes share an address and the driver may attach to a worker node,
-        # so the node removed is an engine's node other than the driver's.
-        driver = ray.get_runtime_context().get_node_id()
-        lost = next(node for node in reversed(report["before"]["placed"]) if node != driver)
-        doomed = next(node for node in workers.values() if node.node_id == lost)
         explorer = Explorer(cfg, out / "disturbed", progress=False, engines=fleet)
         seen: dict = {}
-        watcher = remove_when_committed(explorer, cluster, doomed, seen)
+        watcher = remove_when_committed(explorer, cluster, workers, report["before"]["placed"], seen)
         asyncio.run(explore(explorer))
         watcher.join(timeout=10)
-        report["removed"] = {"node": lost, "after_step": seen.get("removed_at_step")}
+        report["removed"] = {"node": seen.get("lost"), "after_step": seen.get("removed_at_step")}
         report["driver_node"], report["gate_node"] = (
             ray.get_runtime_context().get_node_id(),
             seen.get("gate_node"),
