@@ -10,7 +10,8 @@ step, for five modes side by side on one warm engine:
 The workload has a long tail: every task's response length is drawn lognormal and sampled to the end with
 `ignore_eos` (the `bench_long_tail` stand-in workflow in `stragglers_plugins/`). The trainer is a stand-in,
 named as one: once step N is committed it sleeps 0.5x the synchronous mode's median step time (measured first,
-in a run without syncs), then publishes checkpoint N, a hard-linked copy of the base weights. `max_staleness`
+in a synchronous run whose stand-in publishes at once), then publishes checkpoint N, a hard-linked copy of the
+base weights. `max_staleness`
 is 1. Step time is the wall time between the first and the last commit over the steps between; at equal
 committed experiences it is scaled by the share of a step's experiences committed (over-rollout skips some).
 Staleness is `rollout/staleness/max`; waste is `rollout/wasted_tokens` (sampled by requests aborted as stale).
@@ -76,7 +77,7 @@ def write_taskset(path: Path, count: int, median: int, sigma: float, longest: in
     return lengths
 
 
-def mode_config(args: argparse.Namespace, taskset: Path, extra: list[str], sync: bool):
+def mode_config(args: argparse.Namespace, taskset: Path, extra: list[str]):
     from schemas.config import load_config
 
     overrides = [
@@ -88,7 +89,7 @@ def mode_config(args: argparse.Namespace, taskset: Path, extra: list[str], sync:
         f"buffer.explorer_input.taskset.rollout_args.max_tokens={args.max_tokens}",
         f"explorer.rollout_model.max_model_len={args.max_tokens + 64}",
         "monitor.sample_rollouts=0",
-        *(SYNC if sync else []),
+        *SYNC,
         *extra,
     ]
     if args.model:
@@ -102,7 +103,7 @@ class TrainerStandIn(threading.Thread):
     """Stand-in trainer: after step N commits, sleeps `train_s`, then publishes `global_step_N` (hard links to
     the base weights: loading them is a real reload, training is only the sleep). Also times every commit."""
 
-    def __init__(self, run_dir: Path, model: Path, train_s: float | None, steps: int):
+    def __init__(self, run_dir: Path, model: Path, train_s: float, steps: int):
         super().__init__(daemon=True)
         self.run_dir, self.model, self.train_s, self.steps = run_dir, model, train_s, steps
         self.commits: dict[int, float] = {}
@@ -127,14 +128,14 @@ class TrainerStandIn(threading.Thread):
             now = time.perf_counter()
             for step in sink.committed_steps() if (self.run_dir / "experiences").is_dir() else []:
                 self.commits.setdefault(step, now)
-            if self.train_s is not None and version + 1 in self.commits:
+            if version + 1 in self.commits:
                 time.sleep(self.train_s)
                 version += 1
                 self.publish(version)
             time.sleep(0.01)
 
 
-def run_mode(cfg, run_dir: Path, engines, train_s: float | None) -> dict[str, float]:
+def run_mode(cfg, run_dir: Path, engines, train_s: float) -> dict[str, float]:
     from mlflow import MlflowClient
 
     from operators.sinks.parquet import ParquetSink
@@ -183,16 +184,14 @@ def main() -> None:
         lengths = write_taskset(
             taskset, args.steps * args.batch_size, args.median_tokens, args.sigma, args.max_tokens
         )
-        calibrate = mode_config(args, taskset, [], sync=False)
+        calibrate = mode_config(args, taskset, MODES["sync"])
         init_ray(calibrate.ray)
         engines = EngineFleet(calibrate, "bench-stragglers").start()
         try:
-            base = run_mode(calibrate, Path(tmp) / "calibrate", engines, None)  # also warms the engine
+            base = run_mode(calibrate, Path(tmp) / "calibrate", engines, 0.0)  # also warms the engine
             train_s = 0.5 * base["median_step_s"]
             results = {
-                name: run_mode(
-                    mode_config(args, taskset, extra, sync=True), Path(tmp) / name, engines, train_s
-                )
+                name: run_mode(mode_config(args, taskset, extra), Path(tmp) / name, engines, train_s)
                 for name, extra in MODES.items()
             }
         finally:
@@ -205,7 +204,7 @@ def main() -> None:
         "model": str(calibrate.model.model_path),
         "steps": args.steps, "batch_size": args.batch_size, "repeat": args.repeat,
         "lengths": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)},
-        "no_sync_median_step_s": base["median_step_s"], "trainer_stand_in_s": round(train_s, 3),
+        "untrained_sync_median_step_s": base["median_step_s"], "trainer_stand_in_s": round(train_s, 3),
         **results,
         "ratio_to_sync": ratios,
     }  # fmt: skip

@@ -442,6 +442,7 @@ class Explorer:
             interval=sync.sync_interval,
             offset=sync.sync_offset,
             max_staleness=sync.max_staleness,
+            partial=sync.partial_rollout,
         )
         answer(self.gate.release.remote(upto), "the step gate (release a period)")
 

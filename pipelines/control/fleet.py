@@ -87,6 +87,7 @@ class WeightUpdate:
     state: Any = None
     meta: list | None = None
     bucket_bytes: int | None = None  # broadcast: the sender's bucket size, which the receivers must match
+    preempt: bool = False  # cut the generations in flight, to go on under this version (partial rollout)
 
     def restore_point(self) -> Restore:
         return Restore(self.version, path=self.path, state=self.state)
@@ -302,14 +303,12 @@ class EngineFleet:
 
     def load_call(self, engine: Any, update: WeightUpdate, timeout: float) -> Any:
         """The engine's load of `update`, as an object ref (each engine fetches a state dict by its ref)."""
-        preempt = self.cfg.synchronizer.partial_rollout  # cut the generations in flight, to go on after
+        cut = update.preempt
         if update.kind == "checkpoint":
-            return engine.load_checkpoint.remote(str(update.path), update.version, timeout, preempt)
+            return engine.load_checkpoint.remote(str(update.path), update.version, timeout, cut)
         if update.kind == "memory":
-            return engine.load_state_dict.remote([update.state], update.version, timeout, preempt)
-        return engine.receive_weights.remote(
-            update.meta, update.version, timeout, update.bucket_bytes, preempt
-        )
+            return engine.load_state_dict.remote([update.state], update.version, timeout, cut)
+        return engine.receive_weights.remote(update.meta, update.version, timeout, update.bucket_bytes, cut)
 
     def roll_back(self, loaded: list[int], errors: list[str], timeout: float) -> None:
         """Put the engines that loaded a refused version back on the restore point, or fail loudly."""

@@ -80,8 +80,13 @@ def release_boundary(
     interval: int,
     offset: int = 0,
     max_staleness: int | None = None,
+    partial: bool = False,
 ) -> int:
     """The last step whose tasks may start now: up to and including the next step after which a sync is due.
+
+    With partial rollout (`partial`) the period after that starts too: its generations sample through the
+    current period's tail, and the sync cuts them and lets them go on under the new weights. Without it, they
+    would sample wholly on weights the sync is about to replace, so they wait for it.
 
     Without a weight source everything is released. `dynamic_by_trainer` cannot know its next sync ahead, so
     it is not gated by period. Admission by staleness caps every style with a weight source: a task more than
@@ -92,11 +97,13 @@ def release_boundary(
         return num_steps
     upto = num_steps
     if style != "dynamic_by_trainer":
-        upto = latest_step + 1
-        while upto < num_steps and not sync_due(
-            style, upto, interval=interval, offset=offset, last_sync_step=latest_step
-        ):
-            upto += 1
+        upto = latest_step
+        for _ in range(2 if partial else 1):
+            last_sync, upto = upto, upto + 1
+            while upto < num_steps and not sync_due(
+                style, upto, interval=interval, offset=offset, last_sync_step=last_sync
+            ):
+                upto += 1
     if max_staleness is not None:
         upto = min(upto, latest_step + max_staleness + offset + 1)
     return min(upto, num_steps)

@@ -132,6 +132,7 @@ class WeightSyncer:
     fleet: Fleet
     timeout: float
     group: dict[str, Any] | None = field(default=None)
+    preempt: bool = False  # the run's `synchronizer.partial_rollout`: a shared fleet's own config may differ
 
     def sync(self, current: int) -> SyncOutcome:
         started = time.monotonic()
@@ -143,6 +144,7 @@ class WeightSyncer:
             reason = f"no version newer than {current} within {self.timeout:g} s, or the trainer stopped"
             return self._outcome(current, False, reason, started)
         waited = time.monotonic() - started
+        update.preempt = self.preempt
         try:
             loaded = self.fleet.load(update, self.timeout)
         except LoadError as exc:
@@ -184,4 +186,4 @@ def open_weight_source(
         tp = cfg.explorer.rollout_model.tensor_parallel_size
         answer(hub.set_workers.remote(tp * len(fleet.names), fleet.group_backend), "the weight hub (set up)")
         source = HubSource(hub, sync.sync_method, expected)
-    return WeightSyncer(source, fleet, sync.sync_timeout), hub
+    return WeightSyncer(source, fleet, sync.sync_timeout, preempt=sync.partial_rollout), hub

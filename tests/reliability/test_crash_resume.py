@@ -247,3 +247,59 @@ def test_with_experience_ops_a_crash_resume_writes_each_group_whole_once_and_cou
         if step in filtered:  # every sample of the step's tasks written or counted as dropped, once
             assert filtered[step] + len(table) == BATCH * OPS_REPEATS
             assert tasks + filtered[step] / OPS_REPEATS == BATCH
+
+
+PARTIAL_STEPS, SHORT, LONG = 8, 8, 200
+LENGTH_PLUGINS = ROOT / "tests" / "length_plugins"
+
+
+@pytest.mark.timeout(900)  # two explore processes, each starting an engine and a reference trainer
+def test_partial_rollout_commits_each_task_once_across_a_crash_resume(tmp_path):
+    """A closed loop with partial rollout (each sync cuts the next step's generations, which go on under the
+    new weights), SIGKILLed and resumed: every task committed once, in one step, whole; every continuation
+    stamped token by token with versions that only rise, counted by its oldest."""
+    cfg = load_config(
+        None,
+        [
+            *BASE,
+            f"buffer.total_steps={PARTIAL_STEPS}",
+            "buffer.explorer_input.taskset.default_workflow_type=alternating_lengths",
+            f"buffer.explorer_input.taskset.workflow_args={{short: {SHORT}, long: {LONG}}}",
+            "synchronizer.sync_method=checkpoint",
+            "synchronizer.max_staleness=2",
+            "synchronizer.sync_timeout=120",
+            "synchronizer.partial_rollout=true",
+        ],
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    run_dir = tmp_path / "crashed"
+    extra = ("--with-trainer", "--plugin-dir", str(LENGTH_PLUGINS))
+    kill_at_random_moment(start_explore(config, run_dir, *extra), run_dir, random.Random(SEED), PARTIAL_STEPS)
+    assert len(ParquetSink(run_dir / "experiences").committed_steps()) < PARTIAL_STEPS
+    resumed = start_explore(config, run_dir, *extra)
+    output = resumed.communicate(timeout=900)[0].decode()
+    assert resumed.returncode == 0, output[-3000:]
+
+    client = MlflowClient(f"sqlite:///{run_dir.resolve() / 'mlflow.db'}")
+    run_id = ExplorerState.load(run_dir).mlflow_run_id
+    dropped = sum(m.value for m in client.get_metric_history(run_id, "rollout/stale_dropped"))
+    got = keys(run_dir)
+    # every task's two samples once: committed, or dropped as too stale at commit (a step sampled before the
+    # resume's first sync can be, when the trainer went on training meanwhile)
+    assert len(got) == len(set(got)) and len(got) + dropped == PARTIAL_STEPS * BATCH * 2
+    sink = ParquetSink(run_dir / "experiences")
+    steps_of: dict[str, set[int]] = {}
+    rows = []
+    for step in sink.committed_steps():
+        for row in sink.read_step(step).to_pylist():
+            steps_of.setdefault(row["task_uid"], set()).add(step)
+            rows.append(row)
+    assert all(len(s) == 1 for s in steps_of.values())  # no task in two steps
+    for row in rows:
+        versions = row["token_versions"]
+        assert versions == sorted(versions) and row["model_version"] == versions[0]
+        assert len(versions) == len(row["response_ids"]) == (LONG if row["step"] % 2 == 0 else SHORT)
+    assert any(len(set(row["token_versions"])) > 1 for row in rows)  # some sampled across a sync
+    staleness = client.get_metric_history(run_id, "rollout/staleness/max")
+    assert max(m.value for m in staleness) <= 2

@@ -31,6 +31,7 @@ NORM = "model.norm.weight"
 
 KILLER = """
 import asyncio
+import dataclasses
 import os
 import signal
 from pathlib import Path
@@ -43,32 +44,58 @@ from operators.workflows.registry import register_workflow
 @register_workflow("double_engine_killer")
 class EngineKillerDouble(MathWorkflow):
     \"\"\"Test double: the real math workflow, except that once, at a chosen step, it SIGKILLs its engine's
-    process while its own request is in flight.\"\"\"
+    process while its own request is in flight. With `mid_continuation` it waits for a moment when its request
+    is in flight across the sync to `version` (cut by it and going on, with partial rollout) and strikes then;
+    the marker says `cut`, or `missed` if the sync came while none of its requests was in flight.\"\"\"
 
     async def run(self, task, engine, run_id_base=0, *, repeat_times=None):
-        marker = Path(task.workflow_args["marker"])
-        if task.step != task.workflow_args["kill_step"] or marker.exists():
+        args = task.workflow_args
+        marker = Path(args["marker"])
+        if task.step != args["kill_step"] or marker.exists():
             return await super().run(task, engine, run_id_base, repeat_times=repeat_times)
         marker.write_text(task.task_uid)
-        pid = (await lookup_engine(engine.name).ready.remote())["pid"]
-        request = asyncio.ensure_future(super().run(task, engine, run_id_base, repeat_times=repeat_times))
-        await asyncio.sleep(0.02)
-        os.kill(pid, signal.SIGKILL)
-        return await request
+        actor = lookup_engine(engine.name)
+        pid = (await actor.ready.remote())["pid"]
+        if not args.get("mid_continuation"):
+            request = asyncio.ensure_future(super().run(task, engine, run_id_base, repeat_times=repeat_times))
+            await asyncio.sleep(0.02)
+            os.kill(pid, signal.SIGKILL)
+            return await request
+        sampling = {**task.rollout_args, "max_tokens": 200, "ignore_eos": True}
+        long = dataclasses.replace(task, rollout_args=sampling)
+        while await actor.get_model_version.remote() != args["version"]:
+            request = asyncio.ensure_future(super().run(long, engine, run_id_base, repeat_times=repeat_times))
+            while not request.done() and await actor.get_model_version.remote() != args["version"]:
+                await asyncio.sleep(0.005)
+            if request.done():
+                continue
+            await asyncio.sleep(0.05)  # the continuation under the new version is under way
+            marker.write_text(f"cut {task.task_uid}")
+            os.kill(pid, signal.SIGKILL)
+            return await request
+        marker.write_text("missed")
+        return await super().run(long, engine, run_id_base, repeat_times=repeat_times)
 """
 
 
-@pytest.mark.timeout(900)  # starts engines of its own and replaces one: minutes on 2 cores
-def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_completes(tmp_path):
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    (plugins / "killer.py").write_text(KILLER)
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory) -> Path:
+    """The killer double's plugin directory, one for the module: a workflow name registers once a process."""
+    directory = tmp_path_factory.mktemp("plugins")
+    (directory / "killer.py").write_text(KILLER)
+    return directory
+
+
+def killer_run(
+    tmp_path: Path, plugins: Path, kill_step: int, *overrides: str
+) -> tuple[Explorer, dict[str, torch.Tensor]]:
+    """An explorer (engines of its own) whose killer double strikes in `kill_step`, after a sync to version 5
+    written on disk for it; returns it and that version's weights."""
     checkpoints = tmp_path / "checkpoints"
     base = load_file(str(DEFAULT_MODEL / "model.safetensors"))
     state = {**base, NORM: base[NORM] * 1.5}  # a version the base weights cannot be mistaken for
     write_checkpoint(checkpoints, VERSION, state, DEFAULT_MODEL)
     (checkpoints / "trainer_status.json").write_text(f'{{"state": "stopped", "version": {VERSION}}}')
-    marker = tmp_path / "killed"
     cfg = load_config(
         None,
         [
@@ -81,11 +108,22 @@ def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_complete
             f"synchronizer.checkpoint_dir={checkpoints}",
             "explorer.health_check_interval=1",
             "ray.num_cpus=4",
+            *overrides,
         ],
     )
-    cfg.buffer.explorer_input.taskset.workflow_args = {"marker": str(marker), "kill_step": KILL_STEP}
+    cfg.buffer.explorer_input.taskset.workflow_args = {
+        "marker": str(tmp_path / "killed"), "kill_step": kill_step, "version": VERSION,
+        "mid_continuation": "synchronizer.partial_rollout=true" in overrides,
+    }  # fmt: skip
     cfg.plugin_dirs = [plugins]
-    explorer = Explorer(cfg, tmp_path / "run", progress=False)
+    return Explorer(cfg, tmp_path / "run", progress=False), state
+
+
+@pytest.mark.timeout(900)  # starts engines of its own and replaces one: minutes on 2 cores
+def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_completes(tmp_path, plugins):
+    explorer, state = killer_run(tmp_path, plugins, KILL_STEP)
+    base = load_file(str(DEFAULT_MODEL / "model.safetensors"))
+    marker = tmp_path / "killed"
 
     async def run() -> tuple[torch.Tensor, list[int]]:
         try:
@@ -115,6 +153,37 @@ def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_complete
     restarts = {m.step: m.value for m in history}
     assert sorted(restarts) == list(range(1, STEPS + 1))
     assert restarts[KILL_STEP - 1] == 0 and restarts[STEPS] == 1
+
+
+@pytest.mark.timeout(900)  # starts engines of its own and replaces one: minutes on 2 cores
+def test_an_engine_killed_mid_continuation_is_replaced_and_the_sample_resent_once(tmp_path, plugins):
+    """Partial rollout: step 2 starts before the sync after step 1, which cuts its generations; the engine
+    is killed while the killer's goes on under version 5. The partial output lived in the engine and is lost
+    with it, so the request is sent again whole to the replacement (version 5); nothing is written twice."""
+    explorer, _ = killer_run(tmp_path, plugins, 2, "synchronizer.partial_rollout=true")
+    marker = tmp_path / "killed"
+
+    async def run() -> list[int]:
+        try:
+            await explorer.explore()
+            pids = ray.get([h.ready.remote() for h in explorer.fleet.handles])
+            return [p for ready in pids for p in process_tree(ready["pid"])]
+        finally:
+            await explorer.shutdown()
+
+    engine_processes = asyncio.run(run())
+    assert_nothing_left(explorer, engine_processes)
+    verdict, killer = marker.read_text().split()
+    assert verdict == "cut"  # killed while its request went on across the sync
+    assert explorer.fleet.restarts == 1 and explorer.totals["failed"] == 0
+    rows = pq.read_table(explorer.run_dir / "experiences").to_pylist()
+    keys = [(r["task_uid"], r["run_id"]) for r in rows]
+    assert len(keys) == len(set(keys)) == STEPS * BATCH * REPEAT  # nothing lost, nothing twice
+    resent = [r for r in rows if r["task_uid"] == killer]
+    assert len(resent) == REPEAT
+    for row in resent:  # sampled again from the start on the replacement, which holds version 5
+        assert row["token_versions"] == [VERSION] * 200 and row["model_version"] == VERSION
+    assert {r["model_version"] for r in rows if r["step"] == 1} == {0}
 
 
 def run_actors(explorer: Explorer) -> list[str]:

@@ -79,6 +79,27 @@ def test_admission_by_staleness_caps_the_release(
     assert got == expected
 
 
+@pytest.mark.parametrize(
+    "style,latest,interval,offset,max_staleness,expected",
+    [
+        ("fixed", 0, 1, 0, None, 2),  # the step after the next sync starts before it, to be cut by it
+        ("fixed", 0, 1, 1, None, 3),  # no sync after step 1 (offset): steps 1-2, then step 3
+        ("fixed", 0, 3, 0, None, 6),  # one whole period more
+        ("dynamic_by_explorer", 2, 3, 0, None, 8),
+        ("fixed", 0, 1, 0, 0, 1),  # admission by staleness still caps it
+        ("fixed", 8, 3, 0, None, 10),
+    ],
+)
+def test_partial_rollout_releases_one_period_past_the_next_sync(
+    style, latest, interval, offset, max_staleness, expected
+):
+    got = release_boundary(
+        "checkpoint", style, latest_step=latest, num_steps=10, interval=interval, offset=offset,
+        max_staleness=max_staleness, partial=True,
+    )  # fmt: skip
+    assert got == expected
+
+
 def test_collect_hands_each_report_out_once():
     first, second = pa.table({"step": [1]}), pa.table({"step": [2, 2]})
 
