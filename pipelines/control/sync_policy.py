@@ -86,7 +86,11 @@ def release_boundary(
 
     With partial rollout (`partial`) the period after that starts too: its generations sample through the
     current period's tail, and the sync cuts them and lets them go on under the new weights. Without it, they
-    would sample wholly on weights the sync is about to replace, so they wait for it.
+    would sample wholly on weights the sync is about to replace, so they wait for it. Staleness counts such a
+    continuation by its oldest token, sampled on the version the engines hold now (about `latest_step -
+    offset`), and a step commits with the trainer as far as one version short of it; so with `max_staleness`
+    the extra period reaches no further than `latest_step - offset + 1 + max_staleness` (with `sync_offset: 1`
+    and `max_staleness: 1` that is no extra step at all: the offset has used the bound up).
 
     Without a weight source everything is released. `dynamic_by_trainer` cannot know its next sync ahead, so
     it is not gated by period. Admission by staleness caps every style with a weight source: a task more than
@@ -97,13 +101,22 @@ def release_boundary(
         return num_steps
     upto = num_steps
     if style != "dynamic_by_trainer":
-        upto = latest_step
-        for _ in range(2 if partial else 1):
-            last_sync, upto = upto, upto + 1
-            while upto < num_steps and not sync_due(
-                style, upto, interval=interval, offset=offset, last_sync_step=last_sync
-            ):
-                upto += 1
+        upto = period_end = next_period_end(style, latest_step, num_steps, interval, offset)
+        if partial:
+            upto = next_period_end(style, period_end, num_steps, interval, offset)
+            if max_staleness is not None:
+                upto = min(upto, max(period_end, latest_step - offset + 1 + max_staleness))
     if max_staleness is not None:
         upto = min(upto, latest_step + max_staleness + offset + 1)
     return min(upto, num_steps)
+
+
+def next_period_end(style: str, after: int, num_steps: int, interval: int, offset: int) -> int:
+    """The first step past `after` that a sync is due after, the last sync having come after `after`
+    (`num_steps` at the latest)."""
+    upto = after + 1
+    while upto < num_steps and not sync_due(
+        style, upto, interval=interval, offset=offset, last_sync_step=after
+    ):
+        upto += 1
+    return upto

@@ -87,6 +87,9 @@ def test_admission_by_staleness_caps_the_release(
         ("fixed", 0, 3, 0, None, 6),  # one whole period more
         ("dynamic_by_explorer", 2, 3, 0, None, 8),
         ("fixed", 0, 1, 0, 0, 1),  # admission by staleness still caps it
+        ("fixed", 4, 1, 0, 1, 6),  # a continuation from version 4 commits at most 1 behind version 5
+        ("fixed", 4, 1, 1, 1, 5),  # the offset has used the bound up: no extra step
+        ("fixed", 4, 1, 1, 2, 6),
         ("fixed", 8, 3, 0, None, 10),
     ],
 )
