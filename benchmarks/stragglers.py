@@ -7,7 +7,9 @@ step, for five modes side by side on one warm engine:
 - overlap+partial: a sync cuts the generations in flight, which go on under the new weights;
 - all: the three together;
 - partial_offset0: partial rollout without the offset, the one way it has room to cut within
-  `max_staleness: 1` (the gate caps the early start by the bound; see README, "Partial rollout").
+  `max_staleness: 1` (the gate caps the early start by the bound; see README, "Partial rollout");
+- all+recycle and recycle_offset0: over-rollout's cut tasks go on into the next step
+  (`explorer.over_rollout.recycle`) with partial rollout, with and without the offset.
 
 The workload has a long tail: every task's response length is drawn lognormal and sampled to the end with
 `ignore_eos` (the `bench_long_tail` stand-in workflow in `stragglers_plugins/`). The trainer is a stand-in,
@@ -57,6 +59,20 @@ MODES = {
     # not one of the five: with `max_staleness: 1` the offset leaves partial rollout no room (the
     # gate starts nothing early), so this shows what partial rollout alone does within the same bound
     "partial_offset0": ["synchronizer.sync_offset=0", "synchronizer.partial_rollout=true"],
+    # over-rollout's cut tasks go on into the next step (`recycle`): with the offset they commit one version
+    # staler than the bound allows, so they are measured both ways
+    "all+recycle": [
+        "synchronizer.sync_offset=1",
+        "explorer.over_rollout.ratio=0.25",
+        "explorer.over_rollout.recycle=true",
+        "synchronizer.partial_rollout=true",
+    ],
+    "recycle_offset0": [
+        "synchronizer.sync_offset=0",
+        "explorer.over_rollout.ratio=0.25",
+        "explorer.over_rollout.recycle=true",
+        "synchronizer.partial_rollout=true",
+    ],
 }
 
 
@@ -181,6 +197,7 @@ def run_mode(cfg, run_dir: Path, engines, train_s: float) -> dict[str, float]:
         "wasted_tokens": sum(history("rollout/wasted_tokens")),
         "preempted": sum(history("rollout/preempted")),
         "stale_dropped": sum(history("rollout/stale_dropped")),
+        "recycled_tasks": sum(history("rollout/recycled_tasks")),
         "model_version": summary.model_version,
     }
 

@@ -26,6 +26,12 @@ class OverRolloutConfig(Strict):
         le=MAX_SECONDS,
         description="seconds the last tasks may still finish in, once (1 - ratio) of them are done",
     )
+    recycle: bool = Field(
+        False,
+        description="the tasks cut go on sampling, their output so far kept, and commit with the next step"
+        " instead of being skipped (the last step's are skipped); best with `synchronizer.partial_rollout`,"
+        " else a sync waits for them",
+    )
 
 
 class DynamicTimeoutConfig(Strict):

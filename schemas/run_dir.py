@@ -35,6 +35,7 @@ MLFLOW_DB = "mlflow.db"
 MLARTIFACTS = "mlartifacts"
 CONFIG = "config.yaml"
 EXPLORER_STATE = "explorer_state.json"
+CARRIED_TASKS = "carried_tasks.json"  # tasks the last committed step moved on (over-rollout `recycle`)
 CHECKPOINTS = "checkpoints"
 EVAL = "eval"
 BENCH = "bench"

@@ -7,7 +7,8 @@ and the batch's records are reported through the step gate to the driver.
 Pool actors hold only engine handles (looked up by name) and idle resettable workflows; state worth keeping
 lives in engines and the driver. A batch's sub-runs run concurrently, spread over the engines in turn; past
 `batch_timeout` the unfinished ones are cancelled and reported as failed rows, so the step still completes;
-with over-rollout, those left once most are done are cancelled and reported as skipped.
+with over-rollout, those left once most are done are cancelled and reported as skipped, or with
+`recycle` they go on: the step reports them as deferred at once, and they report with the next step.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from operators.actors.gate import GateClient
 from operators.actors.names import NAMESPACE
 from operators.engine.client import EngineClient
 from operators.ops.stage import ExperienceOps
-from operators.rollout.over_rollout import SKIPPED, OverRollout
+from operators.rollout.over_rollout import DEFERRED, SKIPPED, OverRollout
 from operators.rollout.plugins import load_plugins
 from operators.rollout.runner import SubRun, WorkflowRunner, dynamic_runner_timeout, split_task
 from operators.sinks.parquet import write_fragments
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.status import results_to_table
 from schemas.task import Task, tasks_from_table
+
+Carried = tuple[asyncio.Future, SubRun, EngineClient]  # a run over-rollout cut that goes on, to a later step
 
 
 class RolloutOperator:
@@ -49,7 +52,9 @@ class RolloutOperator:
         over_rollout: OverRolloutConfig | None = None,
         dynamic_timeout: DynamicTimeoutConfig | None = None,
         experience_ops: list[dict[str, Any]] = (),
+        last_step: int | None = None,
     ):
+        """`last_step`: the run's last training step, which has no later step to move recycled tasks to."""
         import ray  # heavy, deferred: the driver imports this module (to build the pool) without Ray
 
         for plugin_dir in plugin_dirs:  # users' workflows must be registered in this worker too
@@ -64,6 +69,7 @@ class RolloutOperator:
             self.gate = GateClient(gate)
         self.sink_root = sink_root
         self.ops = ExperienceOps(list(experience_ops)) if experience_ops else None  # after the plugins
+        self.last_step = last_step
 
     @classmethod
     def from_clients(
@@ -99,7 +105,8 @@ class RolloutOperator:
         self.max_repeat_times_per_runner = max_repeat_times_per_runner
         self.batch_timeout = batch_timeout
         cut = over_rollout or OverRolloutConfig()
-        self.over_rollout = OverRollout(cut.ratio, cut.wait_after_min)
+        self.over_rollout = OverRollout(cut.ratio, cut.wait_after_min, cut.recycle)
+        self.last_step: int | None = None
         self.gate: GateClient | None = None
         self.sink_root: str | None = None
         self.ops: ExperienceOps | None = None
@@ -123,7 +130,15 @@ class RolloutOperator:
             await self.gate.admit(step)
         split = self.max_repeat_times_per_runner
         subs = [sub for task in tasks for sub in split_task(task, split)]
-        return await self._report(self._finish(results_to_table(await self.run_all(subs))))
+        carry = self.over_rollout.recycle and self.last_step is not None and step < self.last_step
+        rows, carried = await self._run_all(subs, carry)
+        records = await self._report(self._finish(results_to_table(rows)))
+        if not carried:
+            return records
+        later = await self._report(
+            self._finish(results_to_table(await self._finish_carried(carried, step + 1)))
+        )
+        return pa.concat_tables([records, later])
 
     def _finish(self, results: pa.Table) -> pa.Table:
         """With a sink, the results' experiences, through the ops, land now as pending fragments; the records
@@ -141,24 +156,60 @@ class RolloutOperator:
 
     async def run_all(self, subs: list[SubRun]) -> list[dict[str, Any]]:
         """A row per sub-run, in order; those still running at the batch timeout are cancelled and failed."""
+        return (await self._run_all(subs, carry=False))[0]
+
+    async def _run_all(self, subs: list[SubRun], carry: bool) -> tuple[list[dict[str, Any]], list[Carried]]:
+        """The rows of the step, and with `carry` the runs over-rollout cut, still going (`Carried`).
+
+        A task is carried whole: its sub-runs that are done move with it, so an op sees its whole group.
+        """
         if not subs:
-            return []
+            return [], []
         engines = [next(self.turn) for _ in subs]
         runs = [asyncio.ensure_future(self.runner.run(s, e)) for s, e in zip(subs, engines, strict=True)]
-        cut = False
+        cut, carried = False, []
         try:
             cut = await self.over_rollout.wait(runs, self.batch_timeout)
+            if cut and carry:
+                moving = {sub.task.task_uid for run, sub in zip(runs, subs, strict=True) if not run.done()}
+                carried = [c for c in zip(runs, subs, engines, strict=True) if c[1].task.task_uid in moving]
         finally:  # past the deadline, cut by over-rollout, or this call itself cancelled: nothing may go on
-            await cancel(runs)
-        return [
-            self.cancelled_row(sub, engine, cut) if run.cancelled() else run.result()
+            going = {id(run) for run, _, _ in carried}
+            await cancel([run for run in runs if id(run) not in going])
+        moved = {sub.task.task_uid for _, sub, _ in carried}
+        rows = [
+            sub.failed_row(engine.name, f"{DEFERRED} to step {sub.task.step + 1}")
+            if sub.task.task_uid in moved
+            else self.cancelled_row(sub, engine, cut)
+            if run.cancelled()
+            else run.result()
             for run, sub, engine in zip(runs, subs, engines, strict=True)
         ]
+        return rows, carried
+
+    async def _finish_carried(self, carried: list[Carried], step: int) -> list[dict[str, Any]]:
+        """The carried runs' rows once done (or cancelled at the batch timeout), relabelled to `step`."""
+        runs = [run for run, _, _ in carried]
+        try:
+            if not all(run.done() for run in runs):
+                await asyncio.wait([r for r in runs if not r.done()], timeout=self.batch_timeout)
+        finally:
+            await cancel(runs)
+        rows = [
+            self.cancelled_row(sub, engine, False) if run.cancelled() else run.result()
+            for run, sub, engine in carried
+        ]
+        return [moved_to(row, step) for row in rows]
 
     def cancelled_row(self, sub: SubRun, engine: EngineClient, cut: bool) -> dict[str, Any]:
         if cut:
             return sub.failed_row(engine.name, f"{SKIPPED} (ratio {self.over_rollout.ratio:g})")
         return sub.failed_row(engine.name, f"cancelled: batch timeout after {self.batch_timeout:g}s")
+
+
+def moved_to(row: dict[str, Any], step: int) -> dict[str, Any]:
+    """A result row, and its experiences, relabelled to the later step they commit in."""
+    return {**row, "step": step, "experiences": [{**e, "step": step} for e in row["experiences"]]}
 
 
 async def cancel(runs: list[asyncio.Future]) -> None:

@@ -5,6 +5,10 @@ ones do not. Once `(1 - ratio)` of the sub-runs are done, the rest get `wait_aft
 cancelled and reported as skipped: they are accounted for in the step, never run again, never written. The
 condition holds per batch part, so it also holds for the whole step when Ray Data splits a step's tasks
 over several batches.
+
+With `recycle`, the cut tasks are not cancelled: the step records them as deferred (no experiences) and
+commits without them, while they go on sampling, output so far kept, and report with the next step, which
+waits for them. The last step has no next step: its tail is skipped as without `recycle`.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import math
 from dataclasses import dataclass
 
 SKIPPED = "skipped: over-rollout"  # the message prefix of a sub-run that over-rollout cut
+DEFERRED = "deferred: over-rollout"  # ... of one it moved, still sampling, to the next step (`recycle`)
 
 
 @dataclass(frozen=True)
 class OverRollout:
     ratio: float = 0.0
     wait_after_min: float = 0.0
+    recycle: bool = False
 
     def needed(self, n: int) -> int:
         """How many of `n` sub-runs must finish before the rest may be cut."""

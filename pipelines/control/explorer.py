@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from pipelines.control.metrics import experience_metrics
 from pipelines.control.plan import explore_dataset
 from pipelines.control.resume_check import check_resume
 from pipelines.control.runtime import init_ray
-from pipelines.control.state import ExplorerState, resume_state
+from pipelines.control.state import ExplorerState, lost_carried, resume_state, save_carried
 from pipelines.control.step_report import StepReporter
 from pipelines.control.steps import CommittedStep, StalenessBound, StepCommitter, committed_task_uids
 from pipelines.control.stream import (
@@ -141,6 +142,7 @@ class Explorer:
         await asyncio.to_thread(self._open_weight_source)
         self.fleet.watch(cfg.explorer)
         self._relog_committed_steps()
+        self._report_lost_carried()
         self.feed = open_feed(cfg.buffer.trainer_input.experience_buffer, self.name, self.sink.describe())
         self.sink.discard_pending()  # fragments of steps a crashed run never committed: those tasks run again
         self.state.save(self.run_dir)
@@ -384,6 +386,18 @@ class Explorer:
             if step not in logged:
                 self.monitor.log_metrics(experience_metrics(self.sink.read_step(step)), step)
 
+    def _report_lost_carried(self) -> None:
+        """Tasks over-rollout moved on from the last committed step die with a crashed run: counted in
+        `rollout/recycle_lost` at the next step and shown, never silently (they are not run again)."""
+        lost = lost_carried(self.run_dir, self.state.latest_step)
+        if lost and self.state.latest_step < self.plan.num_steps:
+            step = self.state.latest_step + 1
+            self.monitor.log_metrics({"rollout/recycle_lost": float(len(lost))}, step)
+            log.warning(
+                "%d tasks that step %d moved on to step %d (over-rollout recycle) were lost with the run "
+                "that sampled them, and are not run again, e.g. %s", len(lost), step - 1, step, lost[:3],
+            )  # fmt: skip
+
     def _report_skipped_rows(self) -> None:
         """Rows left out by `on_bad_row: skip`: counted in MLflow at step 0 and shown, never silently."""
         plans = {self.config.buffer.explorer_input.taskset.name: self.plan, **self.eval_plans}
@@ -462,6 +476,7 @@ class Explorer:
         committer = StepCommitter(
             self.plan, self.sink, first_step=first, rows_per_task=repeats, staleness=staleness,
             committed_uids=committed_task_uids(self.sink) if first > 1 else None,
+            on_deferred=partial(save_carried, self.run_dir) if cfg.explorer.over_rollout.recycle else None,
         )  # fmt: skip
         self.stream = committed_steps(committer, self.drained, self.gate, self.fleet, self.reporter.reported)
 

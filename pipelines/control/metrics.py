@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.rollout.eval_metrics import mean_at_k, pass_at_k
-from operators.rollout.over_rollout import SKIPPED
+from operators.rollout.over_rollout import DEFERRED, SKIPPED
 from schemas.errors import STALE
 
 SAMPLE_COLUMNS = ("uid", "model_version", "prompt_text", "response_text", "truth", "reward", "finish_reason")
@@ -91,6 +91,9 @@ def step_metrics(
         "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
         "rollout/failed_tasks": float(len(failed_records(records))),
         "rollout/skipped_tasks": float(pc.sum(ended_early(records, SKIPPED)).as_py() or 0),
+        "rollout/recycled_tasks": float(
+            len(set(records.filter(ended_early(records, DEFERRED)).column("task_uid").to_pylist()))
+        ),
         "rollout/stale_cancelled": float(pc.sum(ended_early(records, STALE)).as_py() or 0),
         **filtered_metrics(records),
         "time/step": seconds,
@@ -99,7 +102,8 @@ def step_metrics(
 
 
 def ended_early(records: pa.Table, prefix: str) -> pa.Array:
-    """Which sub-runs ended on purpose, by their message: skipped by over-rollout, or cancelled as stale."""
+    """Which sub-runs ended on purpose, by their message: skipped or deferred by over-rollout, or cancelled
+    as stale."""
     return pc.starts_with(pc.fill_null(records.column("message"), ""), prefix)
 
 
@@ -117,8 +121,11 @@ def sample_table(experiences: pa.Table, limit: int) -> dict[str, list[Any]]:
 
 
 def failed_records(records: pa.Table) -> pa.Table:
-    """The step's failed sub-runs: not ok, and not ended on purpose (over-rollout, staleness)."""
-    on_purpose = pc.or_(ended_early(records, SKIPPED), ended_early(records, STALE))
+    """The step's failed sub-runs: not ok, and not ended on purpose (over-rollout, staleness; a deferred
+    sub-run reports again with the next step)."""
+    on_purpose = pc.or_(
+        pc.or_(ended_early(records, SKIPPED), ended_early(records, STALE)), ended_early(records, DEFERRED)
+    )
     return records.filter(pc.and_(pc.invert(records.column("ok")), pc.invert(on_purpose)))
 
 

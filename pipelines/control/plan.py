@@ -21,6 +21,7 @@ def rollout(
     gate_name: str | None = None,
     sink_root: Path | None = None,
     experience_ops: list[dict] = (),
+    last_step: int | None = None,
 ) -> ray.data.Dataset:
     """Task rows → result rows (status + experiences per task), by forwarding actors that call the engines."""
     explorer = cfg.explorer
@@ -39,6 +40,7 @@ def rollout(
             "over_rollout": explorer.over_rollout if gate_name is not None else None,  # training steps only
             "dynamic_timeout": explorer.dynamic_timeout,
             "experience_ops": list(experience_ops),
+            "last_step": last_step,
         },
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",
@@ -64,7 +66,9 @@ def explore_dataset(
     workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
     source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
     ops = [op.model_dump(mode="json") for op in explorer_input.experience_ops]  # training steps only
-    return rollout(ray.data.read_datasource(source), cfg, engine_names, gate_name, sink_root, ops)
+    return rollout(
+        ray.data.read_datasource(source), cfg, engine_names, gate_name, sink_root, ops, plan.num_steps
+    )
 
 
 def eval_dataset(

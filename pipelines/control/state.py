@@ -1,14 +1,17 @@
 """`RUN_DIR/explorer_state.json`: where a run stands, written atomically (never half a file), and how a
-resumed run squares it with the steps its sink holds. On an object-store run dir it goes to the same store."""
+resumed run squares it with the steps its sink holds; and `carried_tasks.json`, what a crash may have lost.
+On an object-store run dir both go to the same store."""
 
 from __future__ import annotations
+
+import json
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from operators.sinks.base import Sink
 from schemas.atomic import atomic_write_json
 from schemas.errors import InputError
-from schemas.run_dir import CONFIG, EXPLORER_STATE
+from schemas.run_dir import CARRIED_TASKS, CONFIG, EXPLORER_STATE
 from schemas.storage import Location, as_location, display, is_file, join, read_bytes
 
 STATE_FILE = EXPLORER_STATE
@@ -70,3 +73,21 @@ def resume_state(run_dir: Location, sink: Sink) -> ExplorerState:
     if committed:
         state.latest_step = max(committed)
     return state
+
+
+def save_carried(run_dir: Location, step: int, task_uids: list[str]) -> None:
+    """Before `step` commits: the tasks it moves on to the next step, still sampling (over-rollout `recycle`).
+
+    Written before the commit, so the file of the last committed step is always there; a later step's
+    (written, then a crash before its commit) is told apart by its step."""
+    atomic_write_json(join(as_location(run_dir), CARRIED_TASKS), {"step": step, "task_uids": task_uids})
+
+
+def lost_carried(run_dir: Location, latest_step: int) -> list[str]:
+    """The tasks the last committed step moved on that no committed step holds: a crash ended them with the
+    run that sampled them (their output was in its engines), and a resumed run does not run them again."""
+    path = join(as_location(run_dir), CARRIED_TASKS)
+    if not latest_step or not is_file(path):
+        return []
+    saved = json.loads(read_bytes(path))
+    return list(saved["task_uids"]) if saved["step"] == latest_step else []

@@ -1,6 +1,8 @@
 """The control stage on the driver: gathers per-sub-run records and commits steps in order, each exactly once.
 
-A task whose repeats are split reports one record per sub-run, keyed `(task_uid, run_id_base)`.
+A task whose repeats are split reports one record per sub-run, keyed `(task_uid, run_id_base)`. A task that
+over-rollout moved to the next step (`recycle`) reports twice: deferred in its own step, which commits without
+it, and again with the next step, which waits for it: the deferred records say how many to wait for.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from operators.rollout.over_rollout import DEFERRED
 from operators.sinks.base import Sink
 from operators.tasks.reader import TasksetPlan
+from pipelines.control.metrics import ended_early
 
 
 @dataclass
@@ -51,6 +55,11 @@ def committed_task_uids(sink: Sink) -> set[str]:
     }
 
 
+def deferred_uids(records: pa.Table) -> list[str]:
+    """The task uid of each record (sub-run) over-rollout moved on to the next step."""
+    return records.filter(ended_early(records, DEFERRED)).column("task_uid").to_pylist()
+
+
 class StepCommitter:
     """A step commits when every sub-run of its tasks has reported (ok or failed) and all earlier steps have.
 
@@ -67,8 +76,11 @@ class StepCommitter:
         rows_per_task: int = 1,
         staleness: StalenessBound | None = None,
         committed_uids: set[str] | None = None,
+        on_deferred: Callable[[int, list[str]], None] | None = None,
     ):
-        """`committed_uids`: the task uids of steps committed before this committer (a resumed run's)."""
+        """`committed_uids`: the task uids of steps committed before this committer (a resumed run's).
+        `on_deferred(step, task_uids)`: told, before a step commits, which of its tasks go on into the next
+        (so a crash that loses them can be told on resume)."""
         if rows_per_task < 1:
             raise ValueError(f"rows_per_task must be >= 1, got {rows_per_task}")
         self.plan, self.sink, self.clock = plan, sink, clock
@@ -80,13 +92,15 @@ class StepCommitter:
         self.repeats = 0  # sub-run reports dropped as repeats of earlier ones
         self.last_commit = clock()
         self.committed_uids = set(committed_uids or ())
+        self.carried_in: dict[int, int] = defaultdict(int)  # step -> sub-runs moved into it (recycled)
+        self.on_deferred = on_deferred
 
     @property
     def done(self) -> bool:
         return self.next_step > self.plan.num_steps
 
     def rows_in_step(self, step: int) -> int:
-        return self.plan.tasks_in_step(step) * self.rows_per_task
+        return self.plan.tasks_in_step(step) * self.rows_per_task + self.carried_in.get(step, 0)
 
     def add(self, records: pa.Table) -> list[CommittedStep]:
         records = self._drop_repeats(records)
@@ -95,6 +109,7 @@ class StepCommitter:
             part = records.filter(pc.equal(steps, step))
             self.seen[step] |= set(sub_run_keys(part))
             self.records[step].append(part)
+            self.carried_in[step + 1] += len(deferred_uids(part))
         committed = []
         while not self.done and len(self.seen[self.next_step]) >= self.rows_in_step(self.next_step):
             committed.append(self._commit(self.next_step))
@@ -135,6 +150,9 @@ class StepCommitter:
     def _commit(self, step: int) -> CommittedStep:
         records = pa.concat_tables(self.records.pop(step))
         del self.seen[step]
+        self.carried_in.pop(step, None)
+        if self.on_deferred is not None:
+            self.on_deferred(step, sorted(set(deferred_uids(records))))
         fragments = {f for f in records.column("fragment").to_pylist() if f}
         self._refuse_duplicates(step, records)
         reference = self.staleness.reference()

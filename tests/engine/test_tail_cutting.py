@@ -1,24 +1,44 @@
 """Cutting the straggler tail on the real in-process engine: over-rollout, the dynamic timeout, and requests
 aborted as hopeless after a sync. The hanging workflow is the test double of `test_runner_faults` (a stuck
-request is a fault real parts cannot show on demand); every other task runs the real `math` workflow."""
+request is a fault real parts cannot show on demand), and `double_late` a straggler on demand (real lengths
+vary); every other task runs the real `math` workflow."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import ClassVar
 
 import pytest
 from test_runner_faults import HANG_S, HangingDouble, column, make_task, operator, run_batch
 
+from operators.actors.gate import GateClient, StepGate
 from operators.engine.client import EngineClient
-from operators.rollout.over_rollout import SKIPPED
+from operators.rollout.over_rollout import DEFERRED, SKIPPED
 from operators.rollout.runner import DynamicTimeout, SubRun, WorkflowRunner
 from operators.sinks.parquet import ParquetSink, write_fragments
 from operators.tasks.reader import TasksetPlan
+from operators.workflows.math import MathWorkflow
+from operators.workflows.registry import register_workflow
 from pipelines.control.steps import StepCommitter
 from schemas.errors import STALE, StaleRequest
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.status import flatten_experiences
+from schemas.task import tasks_to_table
+
+LATE_S = 3.0  # how long the straggler double waits before it samples: far past the quick tasks' ~0.1 s
+
+
+@register_workflow("double_late")
+class LateDouble(MathWorkflow):
+    """Test double: the real math workflow after `LATE_S`, a straggler on demand; counts its runs per task."""
+
+    runs: ClassVar[dict[str, int]] = {}
+
+    async def run(self, task, engine, run_id_base=0, *, repeat_times=None):
+        type(self).runs[task.task_uid] = type(self).runs.get(task.task_uid, 0) + 1
+        await asyncio.sleep(LATE_S)
+        return await super().run(task, engine, run_id_base, repeat_times=repeat_times)
 
 
 def test_over_rollout_ends_the_batch_once_most_are_done_and_records_the_rest_as_skipped(
@@ -105,3 +125,45 @@ def test_a_stale_sub_run_ends_at_once_unretried(loop, engine):
     row = loop.run_until_complete(runner.run(SubRun(make_task("s"), 0, 2), StaleClient(engine, name="local")))
     assert row["ok"] is False and row["attempts"] == 1
     assert row["message"].startswith(f"{STALE} attempt 1: StaleRequest: sampled on version 0")
+
+
+def recycling_operator(engine, sink: str, gate: StepGate, last_step: int):
+    """An over-rollout operator with `recycle`, writing to `sink`, reporting through `gate` (in-process)."""
+    rollout = operator(engine, over_rollout=OverRolloutConfig(ratio=0.2, recycle=True))
+    rollout.sink_root, rollout.gate, rollout.last_step = sink, GateClient(gate), last_step
+    return rollout
+
+
+def test_over_rollout_recycle_commits_the_cut_task_with_the_next_step_once_not_restarted(
+    loop, engine, tmp_path
+):
+    run_batch(loop, operator(engine), [make_task("warm")])  # the first request of a session is slower
+    gate, sink = StepGate(released=2), str(tmp_path)
+    rollout = recycling_operator(engine, sink, gate, last_step=2)
+    run_batch(loop, rollout, [make_task(uid) for uid in "abcd"] + [make_task("late", "double_late")])
+    first, second = gate.reports  # step 1 reported at once, the moved task once it was done
+    assert column(first, "step") == [1] * 5 and column(first, "ok") == [True] * 4 + [False]
+    assert column(first, "message")[4] == f"{DEFERRED} to step 2"
+    assert column(second, "task_uid") == ["t/e0/late"] and column(second, "ok") == [True]
+    assert column(second, "step") == [2]
+    assert min(column(second, "finished_at")) - max(column(first, "finished_at")) > LATE_S / 2
+    assert LateDouble.runs["t/e0/late"] == 1  # it went on: never cancelled, never run again
+
+    plan = TasksetPlan(files=(("t.jsonl", 10),), batch_size=5, total_epochs=1, total_steps=None)
+    committer = StepCommitter(plan, ParquetSink(tmp_path))
+    (one,) = committer.add(first)
+    assert committer.add(second) == []  # step 2 has its own five tasks to wait for too
+    own = loop.run_until_complete(operator(engine, over_rollout=None)(tasks_to_table(
+        [make_task(uid, step=2) for uid in "efghi"]
+    )))  # fmt: skip
+    (two,) = committer.add(write_fragments(own, sink))
+    assert set(column(one.experiences, "task_uid")) == {f"t/e0/{u}" for u in "abcd"}
+    assert set(column(two.experiences, "task_uid")) == {f"t/e0/{u}" for u in "efghi"} | {"t/e0/late"}
+    assert set(column(two.experiences, "step")) == {2} and two.experiences.num_rows == 12
+
+
+def test_over_rollout_recycle_skips_the_last_steps_tail(loop, engine, tmp_path):
+    gate = StepGate(released=1)
+    rollout = recycling_operator(engine, str(tmp_path), gate, last_step=1)
+    results = run_batch(loop, rollout, [make_task(uid) for uid in "abcd"] + [make_task("end", "double_late")])
+    assert column(results, "message")[4] == f"{SKIPPED} (ratio 0.2)" and len(gate.reports) == 1

@@ -169,6 +169,42 @@ def test_over_rollout_accounts_for_every_task_once_across_a_crash_resume(engines
     SIGKILL and a resume, no key is written twice, every committed task has all its samples, no task is in
     two steps, and each step's committed, skipped and failed tasks add up to the step's tasks."""
     cfg = load_config(None, [*BASE, f"buffer.total_steps={STEPS}", "explorer.over_rollout.ratio=0.5"])
+    run_dir = crash_and_resume(cfg, tmp_path)
+    steps_of = whole_tasks_once(run_dir)
+    skipped, failed = logged(run_dir, "rollout/skipped_tasks"), logged(run_dir, "rollout/failed_tasks")
+    assert sum(skipped.values()) > 0  # over-rollout really cut tasks
+    for step, cut in skipped.items():  # steps committed just before the kill are relogged without records
+        committed = {uid for uid, s in steps_of.items() if step in s}
+        assert len(committed) + cut + failed[step] == cfg.buffer.batch_size, f"step {step}"
+
+
+@pytest.mark.timeout(900)  # two explore processes, each starting an engine
+def test_over_rollout_recycle_accounts_for_every_task_once_across_a_crash_resume(engines, tmp_path):
+    """With `recycle`, the cut tasks go on into the next step. Across a SIGKILL and a resume, nothing is
+    written twice or in two steps, groups are whole, and each step's committed, skipped, failed and moved-on
+    tasks add up to its batch plus what the step before moved into it, less what the crash lost (counted)."""
+    cut = ["explorer.over_rollout.ratio=0.5", "explorer.over_rollout.recycle=true"]
+    cfg = load_config(None, [*BASE, f"buffer.total_steps={STEPS}", *cut])
+    run_dir = crash_and_resume(cfg, tmp_path)
+    steps_of = whole_tasks_once(run_dir)
+    moved, lost = logged(run_dir, "rollout/recycled_tasks"), logged(run_dir, "rollout/recycle_lost")
+    skipped, failed = logged(run_dir, "rollout/skipped_tasks"), logged(run_dir, "rollout/failed_tasks")
+    assert sum(moved.values()) > 0  # over-rollout really moved tasks on
+    assert moved.get(STEPS, 0) == 0  # the last step has no next step: its tail is skipped
+    checked = 0
+    for step in moved:  # steps committed just before the kill are relogged without records
+        if step > 1 and step - 1 not in moved:
+            continue  # what the step before moved in is not known
+        committed = {uid for uid, s in steps_of.items() if step in s}
+        came_in = moved.get(step - 1, 0) - lost.get(step, 0)
+        total = len(committed) + skipped[step] + failed[step] + moved[step]
+        assert total == cfg.buffer.batch_size + came_in, f"step {step}"
+        checked += 1
+    assert checked >= STEPS // 2
+
+
+def crash_and_resume(cfg, tmp_path: Path) -> Path:
+    """Run `cfg` in an explore process, SIGKILL it at a seeded random moment, resume it to the end."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     run_dir = tmp_path / "crashed"
@@ -177,7 +213,12 @@ def test_over_rollout_accounts_for_every_task_once_across_a_crash_resume(engines
     resumed = start_explore(config, run_dir)
     output = resumed.communicate(timeout=900)[0].decode()
     assert resumed.returncode == 0, output[-3000:]
+    return run_dir
 
+
+def whole_tasks_once(run_dir: Path) -> dict[str, set[int]]:
+    """Each committed task's step; asserts that no key is written twice, that each committed task has all
+    its samples (a cut task left nothing behind), and that no task is in two steps."""
     got = keys(run_dir)
     assert len(got) == len(set(got))  # nothing twice
     sink = ParquetSink(run_dir / "experiences")
@@ -188,17 +229,16 @@ def test_over_rollout_accounts_for_every_task_once_across_a_crash_resume(engines
         for row in table:
             runs.setdefault(row["task_uid"], set()).add(row["run_id"])
             steps_of.setdefault(row["task_uid"], set()).add(step)
-        assert all(ids == {0, 1} for ids in runs.values())  # whole groups only: a cut task left nothing
+        assert all(ids == {0, 1} for ids in runs.values())  # whole groups only
     assert all(len(s) == 1 for s in steps_of.values())  # no task in two steps
+    return steps_of
 
+
+def logged(run_dir: Path, name: str) -> dict[int, float]:
+    """A metric of the run in `run_dir`, by step."""
     client = MlflowClient(f"sqlite:///{run_dir.resolve() / 'mlflow.db'}")
     run_id = ExplorerState.load(run_dir).mlflow_run_id
-    skipped = {m.step: m.value for m in client.get_metric_history(run_id, "rollout/skipped_tasks")}
-    failed = {m.step: m.value for m in client.get_metric_history(run_id, "rollout/failed_tasks")}
-    assert sum(skipped.values()) > 0  # over-rollout really cut tasks
-    for step, cut in skipped.items():  # steps committed just before the kill are relogged without records
-        committed = {uid for uid, s in steps_of.items() if step in s}
-        assert len(committed) + cut + failed[step] == cfg.buffer.batch_size, f"step {step}"
+    return {m.step: m.value for m in client.get_metric_history(run_id, name)}
 
 
 OPS_STEPS, OPS_REPEATS, BATCH = 8, 4, 4  # BATCH: as in BASE

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from unit_factories import make_results
+from unit_factories import make_result, make_results
 
+from operators.rollout.over_rollout import DEFERRED
 from operators.sinks.parquet import ParquetSink, write_fragments
 from operators.tasks.reader import TasksetPlan
+from pipelines.control.metrics import step_metrics
+from pipelines.control.state import lost_carried, save_carried
 from pipelines.control.steps import StepCommitter, sub_run_keys
+from schemas.status import flatten_experiences, results_to_table
 
 
 class FakeClock:
@@ -145,3 +149,38 @@ def test_a_sub_run_reported_again_is_dropped(split_committer):
 def test_rows_per_task_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="rows_per_task must be >= 1"):
         StepCommitter(PLAN, ParquetSink(tmp_path), rows_per_task=0)
+
+
+def deferred(uid: str, step: int):
+    """The record of a task over-rollout moved on from `step` (`recycle`): no experiences yet."""
+    return make_result(uid, step, 0, ok=False, message=f"{DEFERRED} to step {step + 1}")
+
+
+def test_a_recycled_task_commits_with_the_next_step_which_waits_for_it(tmp_path, clock):
+    told = []
+    committer = StepCommitter(
+        PLAN, ParquetSink(tmp_path / "experiences"), clock=clock, on_deferred=lambda s, u: told.append((s, u))
+    )
+    records = results_to_table([*(make_result(u, 1, 1) for u in "abc"), deferred("d", 1)])
+    (first,) = committer.add(write_fragments(records, str(committer.sink.root)))
+    assert first.experiences.column("task_uid").to_pylist() == list("abc")
+    assert told == [(1, ["d"])]  # before step 1 committed: what a crash resume would have lost
+    assert report(committer, tasks(2, "efgh")) == []  # step 2's own tasks: it still waits for d
+    (second,) = report(committer, [("d", 2, 1)])
+    assert sorted(second.experiences.column("task_uid").to_pylist()) == list("defgh")
+    assert told[-1] == (2, [])
+    assert set(committer.sink.read_step(1).column("task_uid").to_pylist()) == set("abc")  # d once, in step 2
+
+
+def test_a_deferred_record_is_neither_failed_nor_skipped_but_recycled():
+    records = results_to_table([make_result("a", 1, 1), deferred("b", 1)])
+    metrics = step_metrics(flatten_experiences(records), records, 1.0)
+    assert (metrics["rollout/recycled_tasks"], metrics["rollout/failed_tasks"]) == (1.0, 0.0)
+    assert metrics["rollout/skipped_tasks"] == 0.0
+
+
+def test_lost_carried_names_the_last_committed_steps_moved_tasks_only(tmp_path):
+    assert lost_carried(tmp_path, 3) == []  # no file: nothing was moved
+    save_carried(tmp_path, 3, ["t/e0/7"])
+    assert lost_carried(tmp_path, 3) == ["t/e0/7"]  # step 3 committed, step 4 (holding it) did not
+    assert lost_carried(tmp_path, 2) == []  # written for step 3, which a crash kept from committing

@@ -59,6 +59,7 @@ def test_step_metrics_values(experiences, records):
             "rollout/staleness/min": 0,
             "rollout/stale_dropped": 2.0,
             "rollout/skipped_tasks": 0.0,
+            "rollout/recycled_tasks": 0.0,
             "rollout/stale_cancelled": 0.0,
             "time/rollout_tail": 0.0,  # of 3 sub-runs, the last 10% is the last one alone
             # each reward part the workflow recorded (here every experience's accuracy is 1)
@@ -103,6 +104,7 @@ def test_metrics_of_a_step_where_every_task_failed(records):
         "rollout/failed_tasks": 1.0,
         "rollout/stale_dropped": 0.0,
         "rollout/skipped_tasks": 0.0,
+        "rollout/recycled_tasks": 0.0,
         "rollout/stale_cancelled": 0.0,
         "pipeline/experience_count": 0.0,
         "time/step": 2.0,
