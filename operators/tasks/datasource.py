@@ -19,6 +19,12 @@ class TasksetDatasource(Datasource):
     def estimate_inmemory_data_size(self) -> int | None:
         return None
 
+    def num_read_tasks(self) -> int:
+        """How many read tasks `get_read_tasks` makes: passed as `override_num_blocks`, so Ray Data does not
+        split each read task's blocks to reach its default parallelism (about 200 blocks). Split, a step's
+        64 rows became some 200 blocks of a row or none, and the rollout stage waited on their bundling."""
+        return max(1, len(read_units(self.plan, self.read_kwargs.get("first_step", 1))))
+
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
         cfg, plan, kwargs = self.cfg, self.plan, self.read_kwargs
         tasks = []

@@ -125,7 +125,24 @@ class Explorer:
         # The stream starts behind a closed gate: Ray Data's pool starts and imports while the engines load
         # and the tracking store is set up. No task runs, and no fragment is written, before the gate opens.
         self._start_stream()
-        # The tracking store is set up while the engines load their model.
+        # The tracking store (seconds of SQLite schema migrations) is set up while the engines load, and a
+        # fresh run's first tasks may start before it is ready: their steps commit once it is.
+        await asyncio.gather(asyncio.to_thread(self._open_tracking), self._open_engines())
+        self._relog_committed_steps()
+        self._report_lost_carried()
+        self.state.save(self.run_dir)
+        self.evals.attach(self.fleet, self.monitor, self.eval_plans)
+        for step in self.evals.missed(self.state.last_sync_step, self.state.latest_step):
+            self.evals.start(step)
+        if self.state.latest_step > 0:  # a crash may have come between a commit and its eval or sync
+            await asyncio.to_thread(self._publish)  # a queue-fed trainer needs the step for its version
+            await self._act_on_step(release=False)
+            self._release_period()
+        self._open_stream()
+
+    def _open_tracking(self) -> None:
+        """The MLflow run (a resumed run's own); a new run's params, config and skipped-row counts with it."""
+        cfg = self.config
         experiment = cfg.monitor.experiment or cfg.project
         # On an object-store run dir the artifacts go where the tracking server keeps them.
         artifacts = None if is_remote(self.run_dir) else RunDir(self.run_dir).mlartifacts
@@ -138,22 +155,20 @@ class Explorer:
             self.state.save(self.run_dir)  # at once: a crash from here on resumes this MLflow run
             self._write_config()
             self._report_skipped_rows()
+
+    async def _open_engines(self) -> None:
+        """Engines ready on the run's version, the experience queue open and a crashed run's uncommitted
+        fragments dropped (those tasks run again); then a fresh run's first period is released. A resumed
+        run's waits for the eval or sync its last commit may have missed (`prepare`)."""
         await asyncio.to_thread(self.fleet.wait)
         await asyncio.to_thread(self._open_weight_source)
-        self.fleet.watch(cfg.explorer)
-        self._relog_committed_steps()
-        self._report_lost_carried()
-        self.feed = open_feed(cfg.buffer.trainer_input.experience_buffer, self.name, self.sink.describe())
-        self.sink.discard_pending()  # fragments of steps a crashed run never committed: those tasks run again
-        self.state.save(self.run_dir)
-        self.evals.attach(self.fleet, self.monitor, self.eval_plans)
-        for step in self.evals.missed(self.state.last_sync_step, self.state.latest_step):
-            self.evals.start(step)
-        if self.state.latest_step > 0:  # a crash may have come between a commit and its eval or sync
-            await asyncio.to_thread(self._publish)  # a queue-fed trainer needs the step for its version
-            await self._act_on_step(release=False)
-        self._release_period()
-        self._open_stream()
+        self.fleet.watch(self.config.explorer)
+        self.feed = open_feed(
+            self.config.buffer.trainer_input.experience_buffer, self.name, self.sink.describe()
+        )
+        self.sink.discard_pending()
+        if self.state.latest_step == 0:
+            self._release_period()
 
     async def explore(self) -> str:
         """Run every remaining step, then wait for the evals; returns the explorer's name."""

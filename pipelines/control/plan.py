@@ -66,9 +66,7 @@ def explore_dataset(
     workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
     source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
     ops = [op.model_dump(mode="json") for op in explorer_input.experience_ops]  # training steps only
-    return rollout(
-        ray.data.read_datasource(source), cfg, engine_names, gate_name, sink_root, ops, plan.num_steps
-    )
+    return rollout(read(source), cfg, engine_names, gate_name, sink_root, ops, plan.num_steps)
 
 
 def eval_dataset(
@@ -77,4 +75,9 @@ def eval_dataset(
     """One eval taskset, whole, as result rows labelled with the explore step being evaluated."""
     workflow = cfg.buffer.explorer_input.workflow_for(taskset, is_eval=True)
     source = TasksetDatasource(taskset, plan, is_eval=True, workflow=workflow, step_label=step)
-    return rollout(ray.data.read_datasource(source), cfg, engine_names)
+    return rollout(read(source), cfg, engine_names)
+
+
+def read(source: TasksetDatasource) -> ray.data.Dataset:
+    """The task rows, in the blocks the source cuts (one step each), never split further by Ray Data."""
+    return ray.data.read_datasource(source, override_num_blocks=source.num_read_tasks())

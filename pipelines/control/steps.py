@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -102,7 +102,9 @@ class StepCommitter:
     def rows_in_step(self, step: int) -> int:
         return self.plan.tasks_in_step(step) * self.rows_per_task + self.carried_in.get(step, 0)
 
-    def add(self, records: pa.Table) -> list[CommittedStep]:
+    def add(self, records: pa.Table) -> Iterator[CommittedStep]:
+        """Take a report's records at once; the steps they complete commit one by one as the result is
+        iterated, so a caller logs each before the next commits (a crash leaves at most one unlogged)."""
         records = self._drop_repeats(records)
         steps = records.column("step")
         for step in pc.unique(steps).to_pylist():
@@ -110,11 +112,13 @@ class StepCommitter:
             self.seen[step] |= set(sub_run_keys(part))
             self.records[step].append(part)
             self.carried_in[step + 1] += len(deferred_uids(part))
-        committed = []
+        return self._commit_ready()
+
+    def _commit_ready(self) -> Iterator[CommittedStep]:
         while not self.done and len(self.seen[self.next_step]) >= self.rows_in_step(self.next_step):
-            committed.append(self._commit(self.next_step))
+            done = self._commit(self.next_step)
             self.next_step += 1
-        return committed
+            yield done
 
     def _drop_repeats(self, records: pa.Table) -> pa.Table:
         """Records of sub-runs already reported (a retried batch reports again) are dropped and counted.

@@ -140,3 +140,18 @@ def test_get_actor_returns_one_named_explorer_actor(engines):
     named = ray.get_actor("explorer/actor-check", namespace="rftflow")
     assert named._actor_id == actor._actor_id
     ray.kill(named)
+
+
+def test_task_blocks_reach_the_rollout_stage_unsplit(engines):
+    """Ray Data splits a read task's blocks until the read makes about 200 of them unless it is told how many
+    it makes. Split, a step's rows came as blocks of a row or none, and the rollout stage, bundling them back
+    into batches, ran one batch at a time: the engine saw a quarter of the requests the pool allows."""
+    from operators.tasks.datasource import TasksetDatasource
+    from operators.tasks.reader import plan_taskset
+    from pipelines.control.plan import read
+
+    cfg = load_config(None, [*BASE, "buffer.total_steps=3"])
+    taskset = cfg.buffer.explorer_input.taskset
+    plan = plan_taskset(taskset, cfg.buffer.batch_size, cfg.buffer.total_epochs, cfg.buffer.total_steps)
+    tasks = read(TasksetDatasource(taskset, plan)).materialize()
+    assert tasks.count() == 12 and tasks.num_blocks() <= 3  # the source's blocks, one a step (split: 200)

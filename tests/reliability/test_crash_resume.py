@@ -69,7 +69,9 @@ def start_explore(config: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
 def kill_at_random_moment(
     process: subprocess.Popen, run_dir: Path, rng: random.Random, steps: int = STEPS
 ) -> int:
-    """SIGKILL once a random number of steps has committed, a random fraction of a second later."""
+    """SIGKILL once a random number of steps has committed, a random fraction of a second later, or sooner
+    when two more steps commit first (steps of a fast run take well under that fraction: the kill must still
+    leave steps for the resume)."""
     target = rng.randint(1, max(1, steps - 3))
     sink = ParquetSink(run_dir / "experiences")
     deadline = time.monotonic() + 600
@@ -77,7 +79,9 @@ def kill_at_random_moment(
         assert process.poll() is None, process.stdout.read().decode()[-3000:]
         assert time.monotonic() < deadline, "the run made no progress"
         time.sleep(0.05)
-    time.sleep(rng.uniform(0.0, 0.4))
+    kill_at = time.monotonic() + rng.uniform(0.0, 0.4)
+    while time.monotonic() < kill_at and len(sink.committed_steps()) < min(target + 2, steps - 1):
+        time.sleep(0.005)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     return target

@@ -45,7 +45,7 @@ def split_committer(tmp_path, clock):
 
 def report(committer: StepCommitter, spec: list[tuple]):
     """Write the tasks' fragments like a writer stage would and hand the records to the committer."""
-    return committer.add(write_fragments(make_results(spec), str(committer.sink.root)))
+    return list(committer.add(write_fragments(make_results(spec), str(committer.sink.root))))
 
 
 def tasks(step: int, uids: str, n_experiences: int = 1) -> list[tuple[str, int, int]]:
@@ -85,10 +85,20 @@ def test_a_batch_may_complete_several_steps_and_failed_tasks_count(committer):
         make_results([*tasks(1, "abc"), ("d", 1, 0), *tasks(2, "efg", 0), ("h", 2, 2)]),
         str(committer.sink.root),
     )
-    done = committer.add(records)
+    done = list(committer.add(records))
     assert [c.step for c in done] == [1, 2]
     assert done[0].experiences.num_rows == 3 and done[1].experiences.num_rows == 2
     assert done[1].records.column("ok").to_pylist().count(False) == 3
+
+
+def test_steps_a_report_completes_commit_one_at_a_time_as_they_are_taken(committer):
+    """The explorer logs each step before the next commits: killed between, at most one lacks its metrics."""
+    records = write_fragments(make_results([*tasks(1, "abcd"), *tasks(2, "efgh")]), str(committer.sink.root))
+    ready = committer.add(records)
+    assert committer.sink.committed_steps() == []
+    assert next(ready).step == 1 and committer.sink.committed_steps() == [1]
+    assert next(ready).step == 2 and committer.sink.committed_steps() == [1, 2]
+    assert next(ready, None) is None
 
 
 def test_a_step_of_failed_tasks_commits_empty(committer):
@@ -118,7 +128,7 @@ def test_a_retried_batch_is_dropped_as_a_repeat_before_and_after_its_commit(comm
 def test_an_empty_batch_commits_nothing(committer):
     empty = write_fragments(make_results([]), str(committer.sink.root))
     assert isinstance(empty, pa.Table) and empty.num_rows == 0
-    assert committer.add(empty) == []
+    assert list(committer.add(empty)) == []
     assert committer.next_step == 1
 
 

@@ -115,7 +115,9 @@ def test_the_committer_commits_filtered_steps_once_and_counts_a_retried_batch_on
     batch = [*split("a"), *split("b"), *split("c")]
 
     def report(rows: list[dict]) -> list:
-        return committer.add(write_fragments(ops.apply_to_results(results_to_table(rows)), str(sink.root)))
+        return list(
+            committer.add(write_fragments(ops.apply_to_results(results_to_table(rows)), str(sink.root)))
+        )
 
     assert report(batch[:4]) == []  # a and b: b entirely filtered, yet reported, so not missing
     assert report(batch[:4]) == []  # the same batch retried: its records are repeats
