@@ -152,7 +152,7 @@ def test_over_rollout_recycle_commits_the_cut_task_with_the_next_step_once_not_r
     plan = TasksetPlan(files=(("t.jsonl", 10),), batch_size=5, total_epochs=1, total_steps=None)
     committer = StepCommitter(plan, ParquetSink(tmp_path))
     (one,) = committer.add(first)
-    assert committer.add(second) == []  # step 2 has its own five tasks to wait for too
+    assert list(committer.add(second)) == []  # step 2 has its own five tasks to wait for too
     own = loop.run_until_complete(operator(engine, over_rollout=None)(tasks_to_table(
         [make_task(uid, step=2) for uid in "efghi"]
     )))  # fmt: skip
