@@ -23,12 +23,16 @@ class TasksetDatasource(Datasource):
         """How many read tasks `get_read_tasks` makes: passed as `override_num_blocks`, so Ray Data does not
         split each read task's blocks to reach its default parallelism (about 200 blocks). Split, a step's
         64 rows became some 200 blocks of a row or none, and the rollout stage waited on their bundling."""
-        return max(1, len(read_units(self.plan, self.read_kwargs.get("first_step", 1))))
+        return max(1, len(self.units()))
+
+    def units(self) -> list[tuple[int, int]]:
+        """The (file index, epoch) pairs left to read from the run's first step on: one read task each."""
+        return read_units(self.plan, self.read_kwargs.get("first_step", 1))
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
         cfg, plan, kwargs = self.cfg, self.plan, self.read_kwargs
         tasks = []
-        for file_index, epoch in read_units(plan, kwargs.get("first_step", 1)):
+        for file_index, epoch in self.units():
 
             def read(file_index: int = file_index, epoch: int = epoch):
                 yield from iter_task_tables(cfg, plan, file_index, epoch, **kwargs)

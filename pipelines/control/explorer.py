@@ -136,8 +136,7 @@ class Explorer:
             self.evals.start(step)
         if self.state.latest_step > 0:  # a crash may have come between a commit and its eval or sync
             await asyncio.to_thread(self._publish)  # a queue-fed trainer needs the step for its version
-            await self._act_on_step(release=False)
-            self._release_period()
+            await self._act_on_step()
         self._open_stream()
 
     def _open_tracking(self) -> None:
@@ -195,14 +194,14 @@ class Explorer:
         await self.evals.finish(wait=False)
         return True
 
-    async def _act_on_step(self, release: bool = True) -> None:
+    async def _act_on_step(self) -> None:
         """Start the eval and make the sync that fall due at the latest committed step, each at most once."""
         if self.need_eval():
             self.evals.start(self.state.latest_step)
         if await self.need_sync() and self.state.last_sync_step < self.state.latest_step:
             await self.sync_weight()
-        if release:  # a sync opens the next period; any commit moves the staleness window on
-            await asyncio.to_thread(self._release_period)
+        # a sync opens the next period; any commit moves the staleness window on
+        await asyncio.to_thread(self._release_period)
 
     async def shutdown(self) -> None:
         """Stop engines this explorer started, drop uncommitted fragments, close the MLflow run."""
