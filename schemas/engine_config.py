@@ -22,6 +22,7 @@ class RolloutModelConfig(Strict):
             "gpu_memory_utilization",
             "cpu_kvcache_space_gib",
             "engine_cpus",
+            "busy_wait",
             "placement",
             "host",
             "port",
@@ -67,6 +68,12 @@ class RolloutModelConfig(Strict):
         None,
         description="vLLM's chunked prefill; null: on for GPU, off for CPU, where vLLM 0.32's sampler "
         "crashes the engine when a seeded request's prefill is chunked ('CPU Generator does not use offset')",
+    )
+    busy_wait: bool | None = Field(
+        None,
+        description="vLLM's engine core spins while it waits for its worker's results; null: spin on GPU "
+        "(vLLM's default), sleep 0.2 ms between checks on CPU, where the spin takes most of a core from the "
+        "model and the pipeline",
     )
     enable_openai_api: bool = Field(
         False,

@@ -26,6 +26,7 @@ from operators.engine.proc_stats import process_tree_memory
 from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
 from operators.engine.samples import Draft, Generation
 from operators.engine.transfer import from_wire, stage_state_dict
+from operators.engine.vllm_plugin import BUSY_WAIT_ENV
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import StaleRequest, TaskInputError
 
@@ -51,7 +52,8 @@ def node_id() -> str | None:
 
 def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
     """Environment an engine process needs before vLLM is imported."""
-    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    busy_wait = cfg.busy_wait if cfg.busy_wait is not None else gpu
+    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", BUSY_WAIT_ENV: str(int(busy_wait))}
     if not gpu:
         # On CPU gpu_memory_utilization is a fraction of RAM and its default fails; size the KV cache instead.
         env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_space_gib)
@@ -76,6 +78,9 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
         "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "disable_log_stats": True,
     }
+
+
+WARM_UP_SAMPLES = 32  # enough to take the first-batch stall (`VLLMEngine.warm_up`) out of step 1
 
 
 class VLLMEngine:
@@ -117,9 +122,13 @@ class VLLMEngine:
         self.drained = asyncio.Condition()
         self.rollout = rollout
         self.server: OpenAIServer | None = None
+        self.warming: asyncio.Future | None = None  # the warm-up request, made once (`ready`)
 
     async def ready(self) -> dict[str, Any]:
-        """The engine's identity, once its model is loaded and (when enabled) its OpenAI API is up."""
+        """The engine's identity, once its model is loaded, its first forward done (`warm_up`) and (when
+        enabled) its OpenAI API up."""
+        self.warming = self.warming or asyncio.ensure_future(self.warm_up())
+        await asyncio.shield(self.warming)
         if self.rollout.enable_openai_api and self.server is None:
             self.server = await start_server(self.llm, self.rollout, self.model_path, self.rollout.port, self)
         return {
@@ -129,6 +138,19 @@ class VLLMEngine:
             "node_id": node_id(),
             "openai_url": self.openai_url(),
         }
+
+    async def warm_up(self) -> None:
+        """One request of `WARM_UP_SAMPLES` seeded two-token samples, discarded, before the engine reports
+        ready. On CPU vLLM's first forward costs seconds (2.6 s with a 113M model on 2 cores, where a batch of
+        128 samples then takes about 3 s), and its first batch of many samples stalls a further 1.3 s with
+        every process idle. Both belong to the engine's start: paid by step 1's tasks they slowed that step
+        and inflated the mean task time the dynamic timeout is made of. Not gated, stamped or counted."""
+        from vllm import SamplingParams  # heavy, deferred: only the engine process imports vLLM
+
+        prompt = self.tokenizer.encode("warm-up", add_special_tokens=True) or [0]
+        params = SamplingParams(n=WARM_UP_SAMPLES, max_tokens=2, temperature=1.0, seed=0, logprobs=0)
+        async for _ in self.llm.generate({"prompt_token_ids": prompt}, params, f"warm-up-{uuid.uuid4().hex}"):
+            pass
 
     def openai_url(self) -> str | None:
         """The base URL of this engine's OpenAI API (`http://host:port/v1`), None when it serves none."""

@@ -223,6 +223,10 @@ class EngineFleet:
         self.settings: ExplorerConfig = cfg.explorer
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
+        # wall-clock times (time.time()) of `launch()` and of `wait()` returning: when the engines were ready
+        # is where an engine-excluded clock starts (`benchmarks/pipeline_vs_engine.py`)
+        self.launched_at: float | None = None
+        self.ready_at: float | None = None
 
     # -- life cycle --------------------------------------------------------------------------------------
 
@@ -230,6 +234,7 @@ class EngineFleet:
         """Create the actors; they load the model in the background (`wait()` blocks until they have)."""
         if not self.handles:
             check_resources(self.cfg)
+            self.launched_at = time.time()
             for name in self.names:  # one by one: a refused placement leaves those made so far to `stop()`
                 self.handles.append(self.launch_one(name, False))
 
@@ -246,6 +251,11 @@ class EngineFleet:
                 f"the engines {self.names} did not start within {timeout:g} s "
                 "(explorer.engine_restart_timeout): still loading the model, or waiting for resources"
             ) from None
+        self.ready_at = time.time()
+        if self.launched_at is not None:
+            log.info(
+                "%d engine(s) ready %.1f s after launch", len(self.handles), self.ready_at - self.launched_at
+            )
 
     def start(self) -> EngineFleet:
         """Launch and wait; engines that fail to start are not left behind."""

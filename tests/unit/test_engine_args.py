@@ -3,7 +3,8 @@ engine) takes them from."""
 
 from __future__ import annotations
 
-from operators.engine.actor import engine_args
+from operators.engine.actor import engine_args, engine_env
+from operators.engine.vllm_plugin import BUSY_WAIT_ENV
 from schemas.engine_config import RolloutModelConfig
 
 
@@ -27,3 +28,10 @@ def test_gpu_default_chunks_and_the_config_wins_either_way():
     assert engine_args(RolloutModelConfig(enable_chunked_prefill=True), gpu=False)["enable_chunked_prefill"]
     off = engine_args(RolloutModelConfig(enable_chunked_prefill=False, max_model_len=512), gpu=True)
     assert (off["enable_chunked_prefill"], off["max_num_batched_tokens"]) == (False, 2048)
+
+
+def test_the_engine_core_blocks_on_cpu_and_spins_on_gpu_unless_the_config_says():
+    assert engine_env(RolloutModelConfig(), gpu=False)[BUSY_WAIT_ENV] == "0"
+    assert engine_env(RolloutModelConfig(), gpu=True)[BUSY_WAIT_ENV] == "1"
+    assert engine_env(RolloutModelConfig(busy_wait=True), gpu=False)[BUSY_WAIT_ENV] == "1"
+    assert engine_env(RolloutModelConfig(busy_wait=False), gpu=True)[BUSY_WAIT_ENV] == "0"
