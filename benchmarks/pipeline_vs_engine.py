@@ -2,9 +2,9 @@
 
 Both sides exclude engine start-up. By default the pipeline runs as a user runs it: `explore` starts its own
 engines, Ray Data's pool starts and imports while they load, and the pipeline's clock starts when the engines
-are ready (`EngineFleet.ready_at`). With `--shared-engines` the script starts and warms the engines first and
-the clock starts at the call, so the pool's start (about 4 s on 2 cores) is timed too. The pipeline is
-reported end to end (from the clock's start until every step is committed and the run closed, before its
+are ready (`EngineFleet.ready_at`). With `--shared-engines` the script starts the engines first (warm once
+ready) and the clock starts at the call, so the pool's start (about 4 s on 2 cores) is timed too. The pipeline
+is reported end to end (from the clock's start until every step is committed and the run closed, before its
 shutdown) and warm, over steps 2..N (from step 1's commit to the last, read from the run's `time/step`
 metric), and the time from the clock's start to the first committed step. Targets (#17): warm ratio >= 0.80
 with the tiny model (`--tasks 1024 --batch-size 64`), end to end >= 0.95 with the 113M random model
@@ -167,22 +167,13 @@ async def run_explorer(explorer) -> tuple[float, float]:
 
 def pipeline(cfg, run_dir: Path, shared: bool) -> PipelineTimes:
     """The full explore run, on engines it starts itself, or on engines started and warmed before it."""
-    import ray
-
     from pipelines.control.explorer import Explorer
     from pipelines.control.fleet import EngineFleet
     from pipelines.control.runtime import init_ray
 
     init_ray(cfg.ray)
-    engines = EngineFleet(cfg, "bench").start() if shared else None
+    engines = EngineFleet(cfg, "bench").start() if shared else None  # ready, so warm (`VLLMEngine.warm_up`)
     try:
-        if engines is not None:
-            ray.get(
-                [
-                    e.chat.remote([{"role": "user", "content": "What is 1 + 1?"}], {"n": 2})
-                    for e in engines.handles  # warm-up requests straight to the engine actors
-                ]
-            )
         explorer = Explorer(cfg, run_dir, progress=False, engines=engines)
         called = time.time()
         done, shutdown = asyncio.run(run_explorer(explorer))

@@ -30,7 +30,7 @@ def test_gpu_default_chunks_and_the_config_wins_either_way():
     assert (off["enable_chunked_prefill"], off["max_num_batched_tokens"]) == (False, 2048)
 
 
-def test_the_engine_core_blocks_on_cpu_and_spins_on_gpu_unless_the_config_says():
+def test_the_engine_core_sleeps_on_cpu_and_spins_on_gpu_unless_the_config_says():
     assert engine_env(RolloutModelConfig(), gpu=False)[BUSY_WAIT_ENV] == "0"
     assert engine_env(RolloutModelConfig(), gpu=True)[BUSY_WAIT_ENV] == "1"
     assert engine_env(RolloutModelConfig(busy_wait=True), gpu=False)[BUSY_WAIT_ENV] == "1"
