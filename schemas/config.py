@@ -276,8 +276,9 @@ class ExplorerConfig(Strict):
         600.0,
         gt=0.0,
         le=MAX_SECONDS,
-        description="seconds a replacement may take to start and load the current version; a request to a "
-        "lost engine waits this long for it",
+        description="seconds a replacement may take to start and load the current version (and the "
+        "engines, at a run's start, to load the version it resumes from); a request to a lost engine waits "
+        "this long for it",
     )
     over_rollout: OverRolloutConfig = OverRolloutConfig()
     dynamic_timeout: DynamicTimeoutConfig = DynamicTimeoutConfig()

@@ -350,9 +350,9 @@ class Explorer:
             path = Path(self.config.model.model_path).resolve()
         else:
             check_checkpoint(path, self.expected, root=self.checkpoint_dir)
-        try:
+        try:  # part of the engines' start: bounded as a replacement's load is, not by sync_timeout
             self.fleet.load(
-                WeightUpdate(target, "checkpoint", path=path), self.config.synchronizer.sync_timeout
+                WeightUpdate(target, "checkpoint", path=path), self.config.explorer.engine_restart_timeout
             )
         except LoadError as exc:
             raise RuntimeError(f"could not load version {target} from {path}: {exc}") from None
