@@ -4,7 +4,8 @@ prompt and `n` samples of a fixed number of tokens, so the driver, the step gate
 carry the payload a real engine would give them while no GPU, model or tokenizer is involved.
 
 It has the engine actor's methods that a run without weight syncs calls (`ready`, `health`, `counters`,
-`abort_older_than`, `chat`, `generate`, `shutdown`), with the same result layout as
+`abort_older_than`, `chat`, `generate`, `shutdown`, and the batches of `chat` and `generate` forwarders send:
+`serve`, `cancel_calls`), with the same result layout as
 `operators.engine.actor.VLLMEngine`, and plugs in through `EngineFleet(..., launch=...)`, the fleet's own
 injection point, under the engine's name: forwarders find it by name as they find a real engine.
 """
@@ -17,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from operators.engine.call_batches import ServesCallBatches
 from operators.engine.samples import Generation, Sample
 
 STAND_IN_TEXT = "The answer is 42."  # scored by the task's own reward function, as a real response would be
@@ -31,7 +33,7 @@ class StandInShape:
     response_tokens: int  # tokens in each of the `n` samples
 
 
-class StandInEngine:
+class StandInEngine(ServesCallBatches):
     """Answers after `shape.delay_s` with `n` samples of `shape.response_tokens` tokens (see the module doc).
 
     Any number of requests may wait at once: it stands for an engine that is never the bottleneck, so a

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from operators.engine.call_batches import ServesCallBatches
 from operators.engine.openai_server import OpenAIServer, request_text, requested_max_tokens, start_server
 from operators.engine.proc_stats import process_tree_memory
 from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
@@ -83,8 +84,9 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
 WARM_UP_SAMPLES = 32  # enough to take the first-batch stall (`VLLMEngine.warm_up`) out of step 1
 
 
-class VLLMEngine:
-    """Plain class (usable in-process); `ray.remote(VLLMEngine)` makes it the engine actor."""
+class VLLMEngine(ServesCallBatches):
+    """Plain class (usable in-process); `ray.remote(VLLMEngine)` makes it the engine actor, which forwarders
+    send `chat`, `generate` and `chat_turn` requests in batches (`serve`, `cancel_calls`)."""
 
     def __init__(self, model_path: str, cfg: dict[str, Any], model_version: int = 0, closed: bool = False):
         """`closed`: hold requests until the first load (a replacement must first get the current weights)."""

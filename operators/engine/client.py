@@ -10,6 +10,7 @@ from typing import Any
 
 from operators.actors.names import find_actor
 from operators.engine.actor import EngineGone
+from operators.engine.call_batches import CallBatcher, ServesCallBatches
 from operators.engine.samples import Generation, Sample
 
 RETRY_POLL_S = 1.0  # how often a call to a lost engine looks for its replacement
@@ -37,9 +38,11 @@ def sampling_params(rollout_args: dict[str, Any], n: int, seed: int | None) -> d
 class EngineClient:
     """Awaits an engine actor (cancelling the remote call if the caller is cancelled) or a local engine.
 
-    An engine actor that dies, or whose vLLM core dies, is replaced under the same name by the driver's
-    supervisor; a call that was in flight on it is sent again to the replacement (requests are seeded, so the
-    answer is the one the lost call would have given), for up to `restart_timeout` seconds.
+    Requests to an actor go in batches (`operators.engine.call_batches`): those made in the same turn of the
+    event loop share one Ray call. An engine actor that dies, or whose vLLM core dies, is replaced under the
+    same name by the driver's supervisor; a call that was in flight on it is sent again to the replacement
+    (requests are seeded, so the answer is the one the lost call would have given), for up to
+    `restart_timeout` seconds.
     """
 
     def __init__(self, engine: Any, name: str = "engine", restart_timeout: float = 600.0):
@@ -47,6 +50,8 @@ class EngineClient:
         self.name = name
         self.restart_timeout = restart_timeout
         self.remote = engine is None or hasattr(engine.generate, "remote")
+        self.batcher: CallBatcher | None = None
+        self.finding: asyncio.Future | None = None  # the lookup in flight (`_look_up`)
 
     @classmethod
     def named(cls, name: str, restart_timeout: float = 600.0) -> EngineClient:
@@ -58,25 +63,50 @@ class EngineClient:
             result = getattr(self.engine, method)(*args)
             return await result if inspect.isawaitable(result) else result
         patience = Patience(self.name, self.restart_timeout)
-        self.engine = self.engine or await asyncio.to_thread(lookup_engine, self.name)
+        if self.engine is None:
+            await self._look_up(None)
         while True:
-            if self.engine is None:
+            engine = self.engine
+            if engine is None:
                 patience.missing()
             else:
-                ref = getattr(self.engine, method).remote(*args)
                 try:
-                    return await ref
-                except asyncio.CancelledError:
-                    import ray  # heavy, deferred: the driver imports this module without Ray
-
-                    ray.cancel(ref)  # a timed-out attempt must not keep generating
-                    raise
+                    return await self._send(method, args)
                 except Exception as exc:
                     if not engine_lost(exc):
                         raise
                     patience.lost(exc)
             await asyncio.sleep(RETRY_POLL_S)
-            self.engine = await asyncio.to_thread(lookup_engine, self.name)
+            await self._look_up(engine)
+
+    async def _look_up(self, stale: Any) -> None:
+        """Find the actor under the name again, unless a concurrent caller already has since `stale` failed.
+        The callers that saw the same loss share one lookup, and so one handle (one batcher), and wake
+        together, so their requests go on travelling in one call."""
+        if self.engine is not stale:
+            return
+        loop = asyncio.get_running_loop()
+        if self.finding is None or self.finding.done() or self.finding.get_loop() is not loop:
+            self.finding = asyncio.ensure_future(self._find())
+        await asyncio.shield(self.finding)  # one caller's cancellation must not cancel the others' lookup
+
+    async def _find(self) -> None:
+        self.engine = await asyncio.to_thread(lookup_engine, self.name)
+
+    async def _send(self, method: str, args: tuple) -> Any:
+        """One attempt on the current actor handle; a cancelled attempt stops the engine's request."""
+        if method in ServesCallBatches.batched_methods:
+            if self.batcher is None or self.batcher.engine is not self.engine:  # a replacement: a new handle
+                self.batcher = CallBatcher(self.engine)
+            return await self.batcher.call(method, args)
+        ref = getattr(self.engine, method).remote(*args)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            import ray  # heavy, deferred: the driver imports this module without Ray
+
+            ray.cancel(ref)
+            raise
 
     async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Generation:
         return to_generation(await self._call("chat", messages, sampling))

@@ -17,13 +17,14 @@ import pytest
 import ray
 
 from operators.engine.actor import EngineGone
+from operators.engine.call_batches import ServesCallBatches
 from operators.engine.client import EngineClient
 from pipelines.control.fleet import EngineFleet, EngineLost, Restore
 from pipelines.control.runtime import init_ray
 from schemas.config import RayConfig, load_config
 
 
-class EngineDouble:
+class EngineDouble(ServesCallBatches):
     """Test double of an engine actor: generates after a delay; after `kill_core` it fails as a dead core."""
 
     def __init__(self, version: int = 0, closed: bool = False):
