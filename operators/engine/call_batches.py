@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 OK, FAILED, CANCELLED = "ok", "failed", "cancelled"
-EARLY_CANCELS = (
-    4096  # cancelled keys remembered before their batch arrives (Ray may start calls out of order)
-)
+# How many cancelled keys are remembered before their batch arrives (Ray may start calls out of order).
+EARLY_CANCELS = 4096
 
 Call = tuple[str, str, tuple]  # (key, method, args)
 Answer = tuple[str, str, Any]  # (key, OK | FAILED | CANCELLED, result or exception)

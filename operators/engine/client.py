@@ -105,7 +105,7 @@ class EngineClient:
         except asyncio.CancelledError:
             import ray  # heavy, deferred: the driver imports this module without Ray
 
-            ray.cancel(ref)
+            ray.cancel(ref)  # a timed-out attempt must not keep running
             raise
 
     async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Generation:
