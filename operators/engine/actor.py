@@ -12,6 +12,7 @@ weights from its prompt plus what it had sampled (`operators.engine.samples`), i
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.engine.call_batches import ServesCallBatches
+from operators.engine.cpu_dtype import host_hint
 from operators.engine.openai_server import OpenAIServer, request_text, requested_max_tokens, start_server
 from operators.engine.proc_stats import process_tree_memory
 from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
@@ -30,6 +32,8 @@ from operators.engine.transfer import from_wire, stage_state_dict
 from operators.engine.vllm_plugin import BUSY_WAIT_ENV
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import StaleRequest, TaskInputError
+
+log = logging.getLogger(__name__)
 
 
 class EngineGone(RuntimeError):
@@ -102,6 +106,8 @@ class VLLMEngine(ServesCallBatches):
             **engine_args(rollout, gpu),
         )
         self.llm = AsyncLLM.from_engine_args(args)
+        if not gpu and (hint := host_hint(str(self.llm.model_config.dtype))):
+            log.warning(hint)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_path = str(model_path)
         self.model_version = model_version
