@@ -7,7 +7,7 @@ ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: install explore demo test lint format bench bench-checkpoints clean
+.PHONY: install explore demo test test-fast lint format bench bench-checkpoints clean
 
 install: $(STAMP)
 
@@ -37,6 +37,10 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q tests
+
+# the suite without the tests marked slow (each over 120 s): for iterating locally; CI runs `make test`
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

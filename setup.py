@@ -41,6 +41,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "psutil>=5.9",  # tests/unit/conftest.py: no unit test may leave a vLLM process behind
             "hypothesis>=6.100",
             "ruff>=0.6",
             "psycopg[binary]>=3.1",

@@ -23,6 +23,7 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell
 from PIL import Image
 from safetensors.torch import load_file
+from services import missing_service
 
 from operators.engine.checkpoints import write_checkpoint
 from pipelines.bench import main as bench_main
@@ -119,12 +120,13 @@ def test_each_notebook_runs_on_a_moved_run_dir_and_draws_its_figures(moved_runs,
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """The headless browser: installed by `.ci/chromium` when missing; skipped only without apt-get."""
+    """The headless browser: installed by `.ci/chromium` when missing (`.ci/run` runs it before pytest
+    starts); skipped only without apt-get, and failed then under CI."""
     if not Path("/usr/bin/chromium").exists() and shutil.which("apt-get") is None:
-        pytest.skip("chromium is not installed and apt-get is not available to install it")
+        missing_service("chromium is not installed and apt-get is not available to install it")
     done = subprocess.run(["bash", str(CHROMIUM_SCRIPT)], capture_output=True, text=True, timeout=900)
     if done.returncode == NOT_AVAILABLE:
-        pytest.skip(done.stderr.strip() or "chromium cannot be installed here")
+        missing_service(done.stderr.strip() or "chromium cannot be installed here")
     assert done.returncode == 0, f".ci/chromium failed:\n{done.stderr[-3000:]}"
     return done.stdout.strip().splitlines()[-1]
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 
 import pytest
 import sqlalchemy as sa
 from integration_settings import BASE
+from services import postgres_url
 
 from operators.engine.proc_stats import open_files_under
 from operators.sinks.queue import QueueReader
@@ -17,7 +17,6 @@ from pipelines.control.state import ExplorerState
 from pipelines.explore import explore
 from schemas.config import load_config
 
-PG_URL = "RFTFLOW_TEST_POSTGRES_URL"
 BUFFER = "buffer.trainer_input.experience_buffer"
 BATCH, REPEATS = 4, 2  # as in BASE
 
@@ -28,7 +27,7 @@ def sql_store(request) -> list[str]:
     if request.param == "sqlite":
         yield [f"{BUFFER}.storage_type=sql"]
         return
-    url = os.environ.get(PG_URL) or pytest.skip(f"{PG_URL} is not set (.ci/run starts a PostgreSQL server)")
+    url = postgres_url()
     name = f"e2e_{uuid.uuid4().hex[:12]}"
     yield [f"{BUFFER}.storage_type=sql", f"{BUFFER}.path={url}", f"{BUFFER}.name={name}"]
     engine = sa.create_engine(url)

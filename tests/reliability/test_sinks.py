@@ -6,12 +6,12 @@ with `.ci/postgres`); without it they are skipped.
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections import Counter
 
 import pytest
+from services import postgres_url
 from sink_doubles import HalfInsertDouble
 from unit.unit_factories import fragments_of, make_results
 
@@ -19,7 +19,6 @@ from operators.sinks.parquet import ParquetSink, write_fragments
 from operators.sinks.reader import ExperienceReader
 from operators.sinks.sql import SqlSink
 
-PG_URL = "RFTFLOW_TEST_POSTGRES_URL"
 SQL_STORES = ["sqlite", "postgresql"]
 STEPS, TASKS, REPEATS = 6, 5, 3
 
@@ -38,9 +37,7 @@ def new_sink(request, tmp_path):
         return
     url = f"sqlite:///{tmp_path / 'experiences.db'}"
     if request.param == "postgresql":
-        url = os.environ.get(PG_URL) or pytest.skip(
-            f"{PG_URL} is not set (.ci/run starts a PostgreSQL server)"
-        )
+        url = postgres_url()
     name = f"t_{uuid.uuid4().hex[:12]}"  # a PostgreSQL database outlives the test: tables of its own
     opened: list[SqlSink] = []
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -39,3 +41,30 @@ def base_tensors() -> dict[str, torch.Tensor]:
 def expected() -> TensorMetaMap:
     """The tiny model's tensor names, shapes and dtypes: what a checkpoint of it must hold."""
     return tensor_meta(DEFAULT_MODEL)
+
+
+def vllm_processes() -> list[str]:
+    """This process's descendants that belong to vLLM (its engine core names itself `VLLM::EngineCore`)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            title = " ".join([child.name(), *child.cmdline()])
+        except psutil.Error:  # gone meanwhile
+            continue
+        if "vllm" in title.lower():
+            found.append(f"{child.pid} {title[:120]}")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def stays_a_unit_test() -> Iterator[None]:
+    """Fails a unit test after which Ray is initialised or a vLLM process exists: those belong to the engine,
+    integration and reliability tiers, which share the session's engines and clusters. A unit test that
+    started either would also slow every unit test after it."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+        pytest.fail("a unit test initialised Ray: move it to an integration tier", pytrace=False)
+    if left := vllm_processes():
+        pytest.fail(f"a unit test left vLLM processes: {left}; move it to the engine tier", pytrace=False)
