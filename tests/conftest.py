@@ -41,12 +41,15 @@ def loop():
 
 def start_engine(loop, model_path, **rollout_fields):
     """An in-process vLLM CPU engine on `model_path`, started on `loop`: AsyncLLM binds its output handler to
-    the loop it first runs on, so it is built and used on one loop."""
+    the loop it first runs on, so it is built and used on one loop. float32 unless the test asks otherwise
+    (as `integration_settings.BASE` says why)."""
     from operators.engine.actor import VLLMEngine
     from schemas.engine_config import RolloutModelConfig
 
     async def start() -> VLLMEngine:
-        rollout = RolloutModelConfig(device="cpu", enable_openai_api=True, **rollout_fields)
+        rollout = RolloutModelConfig(
+            device="cpu", enable_openai_api=True, **{"dtype": "float32", **rollout_fields}
+        )
         engine = VLLMEngine(str(model_path), rollout.model_dump(mode="json"))
         await engine.ready()
         return engine

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from typing import Any
@@ -18,6 +19,7 @@ from pipelines.control.steps import CommittedStep, StepCommitter
 COLLECT_WAIT_S = 0.5  # how long one collect call waits on the gate for reports
 DRAIN_WAIT_S = 60.0  # how long a shutdown waits for the stream's execution to end once its actors are gone
 DRAIN_GRACE_S = 10.0  # how long a finished run's stream may take to end by itself (its last empty outputs)
+KILL_POLL_S = 0.5  # while a stream ends: how often the gate is asked for forwarders that enlisted since
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +49,30 @@ def end_stream(gate: Any, drained: Future | None, grace: float = 0.0) -> list[st
 
     Ray Data removes its pool once the executor ends, but a stream started behind a closed gate, or one whose
     forwarders wait on an engine for its replacement, may not end by itself for minutes. The forwarders are
-    killed while the engines still run, so no call is left waiting on an engine that is going away.
+    killed while the engines still run, so no call is left waiting on an engine that is going away. A
+    forwarder still starting when the stream is ended enlists later: the gate is asked again while the drain
+    goes on, so a stream ended just after it started ends within a poll, not at `DRAIN_WAIT_S`.
     """
     import ray  # heavy, deferred: the stream's helpers import without Ray
 
-    forwarders = (
-        answer(gate.forwarders.remote(), "the step gate (its forwarders)") if gate is not None else {}
-    )
-    if drained is None or wait([drained], timeout=grace).not_done:
-        for handle in forwarders.values():
-            ray.kill(handle, no_restart=True)
-        if drained is not None and wait([drained], timeout=DRAIN_WAIT_S).not_done:
+    def enlisted() -> dict[str, Any]:
+        return answer(gate.forwarders.remote(), "the step gate (its forwarders)") if gate is not None else {}
+
+    killed = enlisted()
+    if drained is not None and not wait([drained], timeout=grace).not_done:
+        return list(killed)  # it ended by itself
+    for handle in killed.values():
+        ray.kill(handle, no_restart=True)
+    deadline = time.monotonic() + DRAIN_WAIT_S
+    while drained is not None and wait([drained], timeout=KILL_POLL_S).not_done:
+        if time.monotonic() >= deadline:
             log.warning("the training stream did not end within %.0f s of shutdown", DRAIN_WAIT_S)
-    return list(forwarders)
+            break
+        for actor_id, handle in enlisted().items():
+            if actor_id not in killed:
+                ray.kill(handle, no_restart=True)
+                killed[actor_id] = handle
+    return list(killed)
 
 
 def committed_steps(

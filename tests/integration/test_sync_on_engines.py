@@ -21,7 +21,7 @@ from pipelines.explore import explore
 from pipelines.explorer import Explorer
 from schemas.config import DEFAULT_MODEL, load_config
 
-ENGINE_DTYPE = torch.bfloat16  # vLLM on CPU runs the float32 tiny model in bfloat16
+ENGINE_DTYPE = torch.float32  # BASE sets dtype float32 (under dtype auto vLLM on CPU would use bfloat16)
 VOCAB = 277
 NORM = "model.norm.weight"
 DOWN = "model.layers.1.mlp.down_proj.weight"  # a linear weight: repacked into the CPU kernel
@@ -181,7 +181,7 @@ def test_broadcast_over_gloo_from_a_trainer_process_delivers_exact_tensors(engin
         sent = BroadcastTrainer.remote().run.remote(session.explorer.hub_name, state, 3)
         outcome = session.run(session.explorer.sync_weight())
         assert outcome.ok and outcome.version == 3
-        assert ray.get(sent) == sum(t.numel() * 2 for t in state.values()) == outcome.nbytes
+        assert ray.get(sent) == sum(t.numel() * t.element_size() for t in state.values()) == outcome.nbytes
         for name in (DOWN, NORM, "model.embed_tokens.weight"):
             assert torch.equal(session.weight(name), state[name])
     finally:
