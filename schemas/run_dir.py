@@ -1,7 +1,7 @@
 """Every path the project writes inside a run directory and a checkpoint directory, named once.
 
-A run directory (`--run-dir`, README "Outputs" and "Benchmarking checkpoints"), local or on an object store
-(`schemas.storage`; there the experiences, the eval experiences, the state and the config only):
+A run directory (`--run-dir`, docs/outputs.md and docs/running.md, "Benchmarking checkpoints"), local or on an
+object store (`schemas.storage`; there the experiences, the eval experiences, the state and the config only):
 
     experiences/step_NNNNNN/part-*.parquet  committed steps (Parquet; `_COMMITTED` on object stores)
     experiences/_pending/                   fragments of steps not yet committed (every sink)

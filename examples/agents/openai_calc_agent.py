@@ -1,6 +1,6 @@
 """`openai_calc_agent`: the `tool_math` task written as your own agent, on the official `openai` client.
 
-This is the README's example of bringing your own agent. It is loaded as any plugin is, with
+This is the example of bringing your own agent in docs/workflows.md. It is loaded as any plugin is, with
 `--plugin-dir examples/agents` (or `plugin_dirs` in a config: pipelines/openai_calc_agent.yaml), and needs
 the engines' OpenAI API (`explorer.rollout_model.enable_openai_api: true`).
 
