@@ -7,7 +7,7 @@ The caller groups a task's experiences and summarises them with `operators.rollo
 from __future__ import annotations
 
 from operators.engine.samples import Sample
-from operators.workflows.registry import register_workflow
+from operators.workflows.base import register_workflow
 from operators.workflows.single_turn import SingleTurnWorkflow
 
 

@@ -1,6 +1,6 @@
 """`SingleTurnWorkflow`: a chat prompt, all requested samples in one request (vLLM `n`), each scored by a
 reward function. Where a task becomes experiences for every single-turn built-in; they differ only in their
-default system prompt, default reward function and per-sample metrics.
+default system prompt, default reward function and per-sample metrics. `math`, the plain one, is here too.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 from operators.engine.client import EngineClient, derive_seed, sampling_params
 from operators.engine.samples import Generation, Sample
-from operators.rollout.rewards import get_reward_fn
-from operators.workflows.registry import WorkflowBase, repeats
+from operators.rollout.reward_registry import get_reward_fn
+from operators.workflows.base import WorkflowBase, register_workflow, repeats
 from schemas.experience import Experience
 from schemas.task import Task
 
@@ -82,3 +82,8 @@ class SingleTurnWorkflow(WorkflowBase):
             is_eval=task.is_eval,
             metrics=self.metrics(sample, parts, reward),
         )
+
+
+@register_workflow("math")
+class MathWorkflow(SingleTurnWorkflow):
+    """The prompt as given (plus workflow_args.system_prompt), scored by the task's reward function."""
