@@ -94,6 +94,11 @@ def trainer_status_path(checkpoint_dir: Path | str) -> Path:
     return Path(checkpoint_dir) / TRAINER_STATUS
 
 
+def sqlite_url(path: Location) -> str:
+    """A SQLAlchemy URL for the SQLite file at `path`, made absolute (symlinks resolved)."""
+    return f"sqlite:///{Path(path).resolve()}"
+
+
 @dataclass(frozen=True)
 class RunDir:
     """The paths of one run directory: `RunDir(root).explorer_state`, `.eval_step(3)`, ...
@@ -119,8 +124,19 @@ class RunDir:
         return join(self.root, EXPERIENCES_DB)
 
     @property
+    def experiences_db_url(self) -> str:
+        """The SQL sink's default store, SQLite at the absolute path of `experiences.db` (a local run dir)."""
+        return sqlite_url(self.experiences_db)
+
+    @property
     def mlflow_db(self) -> Location:
         return join(self.root, MLFLOW_DB)
+
+    @property
+    def mlflow_uri(self) -> str:
+        """The default MLflow store, SQLite at the absolute path of `mlflow.db`, so that it does not depend on
+        the working directory (a local run dir)."""
+        return sqlite_url(self.mlflow_db)
 
     @property
     def mlartifacts(self) -> Location:
