@@ -9,7 +9,6 @@ DeprecationWarning that names the new import.
 from __future__ import annotations
 
 import re
-import sys
 import warnings
 from pathlib import Path
 
@@ -69,20 +68,7 @@ class OldOp(ExperienceOpBase):
 }
 
 
-@pytest.fixture(autouse=True)
-def scratch_registries(monkeypatch):
-    """Copies of the three registries (built-ins loaded first); plugin modules dropped afterwards."""
-    base.load_builtins()
-    op_registry.load_builtins()
-    reward_registry.get_reward_fn("math_accuracy")
-    monkeypatch.setattr(base, "WORKFLOWS", dict(base.WORKFLOWS))
-    monkeypatch.setattr(reward_registry, "REWARD_FNS", dict(reward_registry.REWARD_FNS))
-    monkeypatch.setattr(op_registry, "OPS", dict(op_registry.OPS))
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.startswith("rftflow_plugin_"):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("scratch_registries")  # tests/unit/conftest.py
 
 
 def registered() -> set[str]:

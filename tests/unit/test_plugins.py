@@ -11,7 +11,7 @@ from operators.rollout import plugins, reward_registry
 from operators.rollout.plugins import PluginError, load_plugins
 from operators.rollout.reward_registry import get_reward_fn
 from operators.workflows import base
-from operators.workflows.base import create_workflow, load_builtins
+from operators.workflows.base import create_workflow
 
 PLUGIN = """
 from operators.workflows import SingleTurnWorkflow, register_reward, register_workflow
@@ -28,17 +28,7 @@ class EchoWorkflow(SingleTurnWorkflow):
 """
 
 
-@pytest.fixture(autouse=True)
-def scratch_registries(monkeypatch):
-    """Copies of both registries (built-ins loaded first), and plugin modules dropped afterwards."""
-    load_builtins()
-    monkeypatch.setattr(base, "WORKFLOWS", dict(base.WORKFLOWS))
-    monkeypatch.setattr(reward_registry, "REWARD_FNS", dict(reward_registry.REWARD_FNS))
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.startswith("rftflow_plugin_"):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("scratch_registries")  # tests/unit/conftest.py
 
 
 def write(directory: Path, name: str, text: str) -> Path:
