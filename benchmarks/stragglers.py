@@ -7,7 +7,7 @@ step, for five modes side by side on one warm engine:
 - overlap+partial: a sync cuts the generations in flight, which go on under the new weights;
 - all: the three together;
 - partial_offset0: partial rollout without the offset, the one way it has room to cut within
-  `max_staleness: 1` (the gate caps the early start by the bound; see README, "Partial rollout");
+  `max_staleness: 1` (the gate caps the early start by the bound; see docs/running.md, "Partial rollout");
 - all+recycle and recycle_offset0: over-rollout's cut tasks go on into the next step
   (`explorer.over_rollout.recycle`) with partial rollout, with and without the offset.
 

@@ -84,7 +84,7 @@ def ray_rows(cfg, tasks) -> list[dict[str, Any]]:
     """
     from operators.engine.client import derive_seed, sampling_params
     from operators.rollout.runner import split_task
-    from operators.workflows.registry import workflow_class
+    from operators.workflows.base import workflow_class
     from operators.workflows.single_turn import SingleTurnWorkflow, task_messages
 
     rows = []

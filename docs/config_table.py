@@ -1,12 +1,12 @@
-"""Generate the README's configuration table from the pydantic schema in schemas/config.py.
+"""Generate the configuration table page, docs/config-table.md, from the pydantic schema in schemas/config.py.
 
 The schema is the single source of truth for every config key: its default and its `description=`. This
 script renders one table row per leaf field (nested sections expanded to dotted keys, in declaration order)
-and writes the rows into README.md between the `<!-- config-table:start -->` and `<!-- config-table:end -->`
-markers, so the documented keys, defaults and meanings cannot drift from the code.
+and writes the rows into docs/config-table.md between the `<!-- config-table:start -->` and
+`<!-- config-table:end -->` markers, so the documented keys, defaults and meanings cannot drift from the code.
 
     python docs/config_table.py           # rewrite the table in place
-    python docs/config_table.py --check   # exit 1, naming the first differing key, if README.md is stale
+    python docs/config_table.py --check   # exit 1, naming the first differing key, if the page is stale
 
 A default that is machine-specific (an absolute path to the bundled assets) is rendered from the field's
 `json_schema_extra={"doc_default": "..."}` text, verbatim; without one such a field is an error.
@@ -26,14 +26,14 @@ if str(ROOT) not in sys.path:  # run as `python docs/config_table.py`: sys.path[
 
 from schemas.config import Config, Strict  # noqa: E402
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "config-table.md"
 START = "<!-- config-table:start -->"
 END = "<!-- config-table:end -->"
 HEADER = ["| key | default | meaning |", "|---|---|---|"]
 
 
 class TableError(Exception):
-    """The README cannot be checked or rewritten (markers missing), or a field cannot be documented."""
+    """The page cannot be checked or rewritten (markers missing), or a field cannot be documented."""
 
 
 def render_default(value: Any) -> str:
@@ -78,11 +78,11 @@ def table_lines(config: Config | None = None) -> list[str]:
     return HEADER + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
 
 
-def split_readme(text: str) -> tuple[str, list[str], str]:
+def split_page(text: str) -> tuple[str, list[str], str]:
     """(text through the start marker, non-blank lines between the markers, the rest from the end marker)."""
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
-        raise TableError(f"README has no {START} ... {END} block")
+        raise TableError(f"the page has no {START} ... {END} block")
     head = text[: start + len(START)]
     body = [line for line in text[len(head) : end].splitlines() if line.strip()]
     return head, body, text[end:]
@@ -100,46 +100,46 @@ def first_difference(current: list[str], wanted: list[str]) -> str | None:
         if have == want:
             continue
         if want is None:
-            return f"README row `{row_key(have or '')}` is not in the schema"
+            return f"the page's row `{row_key(have or '')}` is not in the schema"
         if have is None:
-            return f"`{row_key(want)}` is missing from the README table"
-        return f"`{row_key(want)}` differs: README has\n  {have}\nschema gives\n  {want}"
+            return f"`{row_key(want)}` is missing from the page's table"
+        return f"`{row_key(want)}` differs: the page has\n  {have}\nschema gives\n  {want}"
     return None
 
 
-def check(readme: Path = README) -> str | None:
-    """None when `readme`'s table matches the schema, else a message naming the first differing key."""
-    _, body, _ = split_readme(readme.read_text())
+def check(page: Path = PAGE) -> str | None:
+    """None when `page`'s table matches the schema, else a message naming the first differing key."""
+    _, body, _ = split_page(page.read_text())
     return first_difference(body, table_lines())
 
 
-def write(readme: Path = README) -> bool:
-    """Rewrite `readme`'s table from the schema; True when the file changed."""
-    text = readme.read_text()
-    head, _, tail = split_readme(text)
+def write(page: Path = PAGE) -> bool:
+    """Rewrite `page`'s table from the schema; True when the file changed."""
+    text = page.read_text()
+    head, _, tail = split_page(text)
     new = head + "\n\n" + "\n".join(table_lines()) + "\n\n" + tail
     if new != text:
-        readme.write_text(new)
+        page.write_text(new)
     return new != text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README table is out of date")
-    parser.add_argument("--readme", type=Path, default=README, help="the file to check or rewrite")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the table is out of date")
+    parser.add_argument("--page", type=Path, default=PAGE, help="the file to check or rewrite")
     args = parser.parse_args(argv)
     try:
         if args.check:
-            problem = check(args.readme)
+            problem = check(args.page)
             if problem:
-                print(f"{args.readme}: configuration table is out of date: {problem}", file=sys.stderr)
+                print(f"{args.page}: configuration table is out of date: {problem}", file=sys.stderr)
                 print("run: python docs/config_table.py", file=sys.stderr)
                 return 1
             return 0
-        print(f"{args.readme}: {'rewritten' if write(args.readme) else 'already up to date'}")
+        print(f"{args.page}: {'rewritten' if write(args.page) else 'already up to date'}")
         return 0
     except TableError as exc:
-        print(f"{args.readme}: {exc}", file=sys.stderr)
+        print(f"{args.page}: {exc}", file=sys.stderr)
         return 1
 
 

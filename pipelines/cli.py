@@ -52,7 +52,7 @@ def given_location(text: str) -> Location:
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """`--config` and `--set`, the same in every rftflow command that reads a config."""
     parser.add_argument(
-        "--config", type=given_path, help="YAML config file (fields documented in the README)"
+        "--config", type=given_path, help="YAML config file (fields documented in docs/config-table.md)"
     )
     parser.add_argument(
         "--set",

@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--run-dir",
         type=given_location,
         help="where outputs go (default: runs/<name>-<timestamp>); or an object store every node reaches, "
-        "e.g. s3://bucket/runs/x (then give --mlflow-uri; see the README, 'Running on a cluster')",
+        "e.g. s3://bucket/runs/x (then give --mlflow-uri; see docs/cluster.md)",
     )
     parser.add_argument(
         "--steps", type=int, help="number of steps to run (same as --set buffer.total_steps=N)"

@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from schemas.task import Task
+
 EXPERIENCE_SCHEMA = pa.schema(
     [
         ("uid", pa.string()),
@@ -142,6 +144,20 @@ class Experience:
             row["token_versions"] = [self.model_version] * len(self.response_ids)
         row["inserted_spans"] = [list(span) for span in self.inserted_spans]
         return row
+
+
+def task_experience(task: Task, run_id: int, **fields: Any) -> Experience:
+    """An experience of run `run_id` of `task`: its keys, step, taskset, truth and eval flag come from the
+    task, so every workflow fills them alike; the sampled side (ids, logprobs, reward, ...) is `fields`."""
+    return Experience(
+        task_uid=task.task_uid,
+        run_id=run_id,
+        step=task.step,
+        taskset=task.taskset,
+        truth=task.truth,
+        is_eval=task.is_eval,
+        **fields,
+    )
 
 
 def experiences_to_table(experiences: list[Experience]) -> pa.Table:

@@ -1,7 +1,7 @@
 """Every path the project writes inside a run directory and a checkpoint directory, named once.
 
-A run directory (`--run-dir`, README "Outputs" and "Benchmarking checkpoints"), local or on an object store
-(`schemas.storage`; there the experiences, the eval experiences, the state and the config only):
+A run directory (`--run-dir`, docs/outputs.md and docs/running.md, "Benchmarking checkpoints"), local or on an
+object store (`schemas.storage`; there the experiences, the eval experiences, the state and the config only):
 
     experiences/step_NNNNNN/part-*.parquet  committed steps (Parquet; `_COMMITTED` on object stores)
     experiences/_pending/                   fragments of steps not yet committed (every sink)
@@ -94,6 +94,11 @@ def trainer_status_path(checkpoint_dir: Path | str) -> Path:
     return Path(checkpoint_dir) / TRAINER_STATUS
 
 
+def sqlite_url(path: Location) -> str:
+    """A SQLAlchemy URL for the SQLite file at `path`, made absolute (symlinks resolved)."""
+    return f"sqlite:///{Path(path).resolve()}"
+
+
 @dataclass(frozen=True)
 class RunDir:
     """The paths of one run directory: `RunDir(root).explorer_state`, `.eval_step(3)`, ...
@@ -119,8 +124,19 @@ class RunDir:
         return join(self.root, EXPERIENCES_DB)
 
     @property
+    def experiences_db_url(self) -> str:
+        """The SQL sink's default store, SQLite at the absolute path of `experiences.db` (a local run dir)."""
+        return sqlite_url(self.experiences_db)
+
+    @property
     def mlflow_db(self) -> Location:
         return join(self.root, MLFLOW_DB)
+
+    @property
+    def mlflow_uri(self) -> str:
+        """The default MLflow store, SQLite at the absolute path of `mlflow.db`, so that it does not depend on
+        the working directory (a local run dir)."""
+        return sqlite_url(self.mlflow_db)
 
     @property
     def mlartifacts(self) -> Location:

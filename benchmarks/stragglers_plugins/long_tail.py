@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from operators.workflows import register_workflow
-from operators.workflows.single_turn import SingleTurnWorkflow
+from operators.workflows import SingleTurnWorkflow, register_workflow
 
 
 @register_workflow("bench_long_tail")

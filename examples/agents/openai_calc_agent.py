@@ -1,6 +1,6 @@
 """`openai_calc_agent`: the `tool_math` task written as your own agent, on the official `openai` client.
 
-This is the README's example of bringing your own agent. It is loaded as any plugin is, with
+This is the example of bringing your own agent in docs/workflows.md. It is loaded as any plugin is, with
 `--plugin-dir examples/agents` (or `plugin_dirs` in a config: pipelines/openai_calc_agent.yaml), and needs
 the engines' OpenAI API (`explorer.rollout_model.enable_openai_api: true`).
 
@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import asyncio
 
-from operators.rollout.rewards import math_accuracy
-from operators.workflows import AgentWorkflow, MalformedAction, register_workflow
-from operators.workflows.tool_math import TOOL_SYSTEM_PROMPT, is_tool_call, tool_result
+from operators.workflows import (
+    TOOL_SYSTEM_PROMPT,
+    AgentWorkflow,
+    MalformedAction,
+    get_reward_fn,
+    is_tool_call,
+    register_workflow,
+    tool_result,
+)
 
 
 @register_workflow("openai_calc_agent")
@@ -39,7 +45,8 @@ class OpenAICalcAgent(AgentWorkflow):
             reply = await client.chat.completions.create(model=model, messages=messages, **sampling)
             text = reply.choices[0].message.content or ""
             if not is_tool_call(text):
-                scored = await asyncio.to_thread(math_accuracy, text, task.truth)  # may run math-verify
+                reward_fn = get_reward_fn("math_accuracy")
+                scored = await asyncio.to_thread(reward_fn, text, task.truth)  # may run math-verify
                 return {**scored, "tool_calls": float(calls), "called_tool": float(calls > 0)}
             calls += 1
             try:

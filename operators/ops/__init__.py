@@ -1,7 +1,14 @@
 """Experience ops: advantage, filters, shaping and pass rate on whole task groups, before experiences are
-written. What a plugin imports: `register_op`, `ExperienceOpBase` and `OpArgs` (for its arguments)."""
+written. Plugins import `register_op`, `ExperienceOpBase` and `OpArgs` from `operators.workflows`; importing
+them from here, their first home, still works, with a DeprecationWarning naming the new import."""
 
-from operators.ops.registry import ExperienceOpBase, register_op
-from schemas.experience_ops import OpArgs
+from operators.rollout.moved import moved_names
 
-__all__ = ["ExperienceOpBase", "OpArgs", "register_op"]
+__getattr__ = moved_names(
+    "operators.ops",
+    {
+        "register_op": "operators.workflows",
+        "ExperienceOpBase": "operators.workflows",
+        "OpArgs": "operators.workflows",
+    },
+)

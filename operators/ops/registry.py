@@ -5,7 +5,7 @@ called on an experience table (`EXPERIENCE_SCHEMA`) holding whole task groups, a
 possibly with new `reward`, `advantage`, `reward_parts` or `info` values. The stage counts what each op
 drops; an op never adds rows or changes keys (the stage checks).
 
-    from operators.ops import ExperienceOpBase, register_op
+    from operators.workflows import ExperienceOpBase, register_op
 
     @register_op("drop_truncated")
     class DropTruncated(ExperienceOpBase):

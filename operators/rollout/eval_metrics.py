@@ -27,13 +27,3 @@ def mean_at_k(scores: Sequence[float], k: int) -> float:
     """Expected mean score of k of these samples (k only bounds what the samples can estimate)."""
     check_k(len(scores), k)
     return sum(map(float, scores)) / len(scores)
-
-
-def eval_summary(scores: Sequence[float], ks: Sequence[int] | None = None) -> dict[str, float]:
-    """`mean@k` and `pass@k` per k (default: 1, 2, 4, … and n); a score of 1 (full credit) is a pass."""
-    n = len(scores)
-    ks = sorted({2**i for i in range(n.bit_length())} | {n} if ks is None else set(ks))
-    correct = [float(s) >= 1.0 for s in scores]
-    summary = {f"mean@{k}": mean_at_k(scores, k) for k in ks}
-    summary.update({f"pass@{k}": pass_at_k(correct, k) for k in ks})
-    return summary

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from operators.ops.registry import load_builtins as load_builtin_ops
-from operators.workflows.registry import load_builtins
+from operators.workflows.base import load_builtins
 
 
 class PluginError(ImportError):

@@ -1,4 +1,9 @@
-"""Reward functions: `fn(response, truth, **args) -> {"reward": r, <part>: value, ...}` with r in [0, 1]."""
+"""The built-in reward functions, `fn(response, truth, **args) -> {"reward": r, <part>: value, ...}`, r in
+[0, 1].
+
+They register in `operators.rollout.reward_registry`. Plugins once imported `register_reward` from here; that
+still works, with a DeprecationWarning naming `operators.workflows`.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,24 @@ import json
 import logging
 import operator
 import re
-from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
 
-from operators.rollout.registration import register_once
+from operators.rollout import reward_registry
+from operators.rollout.moved import moved_names
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-RewardFn = Callable[..., dict[str, float]]
-REWARD_FNS: dict[str, RewardFn] = {}
+# Plugins once imported the registry from here: it keeps working, with a warning naming the new import.
+__getattr__ = moved_names(
+    "operators.rollout.rewards",
+    {
+        "register_reward": "operators.workflows",
+        "get_reward_fn": "operators.workflows",
+        "RewardFn": "operators.workflows",
+        "REWARD_FNS": "operators.rollout.reward_registry",
+    },
+)
 
 PLAIN_NUMBER = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
 ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -27,21 +40,6 @@ EQUATION = re.compile(r"[0-9+\-*/() \t\n]+")
 MAX_EQUATION_CHARS = 200  # bounds literal sizes and nesting before anything is parsed
 OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 EQUATION_NODES = (ast.Expression, ast.BinOp, ast.Constant, *OPERATORS)
-
-
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    def wrap(fn: RewardFn) -> RewardFn:
-        register_once(REWARD_FNS, "reward function", name, fn)
-        return fn
-
-    return wrap
-
-
-def get_reward_fn(name: str) -> RewardFn:
-    try:
-        return REWARD_FNS[name]
-    except KeyError:
-        raise KeyError(f"unknown reward function '{name}' (known: {', '.join(sorted(REWARD_FNS))})") from None
 
 
 def extract_answer(response: str) -> str:
@@ -72,7 +70,7 @@ def final_answer(truth: str) -> str:
     return last_boxed(truth) or truth
 
 
-@register_reward("math_accuracy")
+@reward_registry.register_reward("math_accuracy")
 def math_accuracy(response: str, truth: str) -> dict[str, float]:
     """math-verify between the response's answer (its last `<answer>` block, else all of it) and the truth's
     final answer (`final_answer`)."""
@@ -80,7 +78,7 @@ def math_accuracy(response: str, truth: str) -> dict[str, float]:
     return {"reward": accuracy, "accuracy": accuracy}
 
 
-@register_reward("format")
+@reward_registry.register_reward("format")
 def format_reward(response: str, truth: str) -> dict[str, float]:
     """1 when the response is exactly one <answer>…</answer> block, the format the workflow asks for."""
     score = float(bool(FORMAT.match(response)))
@@ -101,7 +99,7 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-@register_reward("math_boxed_accuracy")
+@reward_registry.register_reward("math_boxed_accuracy")
 def math_boxed_accuracy(response: str, truth: str) -> dict[str, float]:
     """math-verify on the last `\\boxed{}` answer; `format` is 1 when there is one.
 
@@ -157,7 +155,7 @@ def countdown_truth(truth: str) -> tuple[Fraction, list[int]]:
     return target, numbers
 
 
-@register_reward("countdown")
+@reward_registry.register_reward("countdown")
 def countdown(response: str, truth: str) -> dict[str, float]:
     """1 when the last <answer> equation uses exactly the given numbers and equals the target.
 

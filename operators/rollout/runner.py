@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.engine.client import EngineClient
-from operators.workflows.registry import Workflow, run_workflow, workflow_class
+from operators.workflows.base import Workflow, run_workflow, workflow_class
 from schemas.errors import STALE, StaleRequest, TaskInputError
 from schemas.experience import Experience, MalformedExperience
 from schemas.rollout_policy import DynamicTimeoutConfig

@@ -20,11 +20,10 @@ from operators.sinks.parquet import ParquetSink
 from operators.sinks.sql import SqlSink
 from schemas.config import SQL_NAME_MAX, ExperienceBufferConfig
 from schemas.errors import InputError
-from schemas.run_dir import EXPERIENCES, EXPERIENCES_DB
+from schemas.run_dir import EXPERIENCES, RunDir
 from schemas.storage import Location, as_location, base_name, display, is_remote, join
 
 STAGING = EXPERIENCES  # under the run dir: Parquet's committed steps, and every sink's pending fragments
-SQLITE_FILE = EXPERIENCES_DB
 
 
 class Sink(Protocol):
@@ -84,5 +83,5 @@ def open_sink(cfg: ExperienceBufferConfig, run_dir: Location) -> Sink:
             "store: give a database URL (e.g. postgresql+psycopg://...)",
             field=SQL_PATH_KEY,
         )
-    url = cfg.path or f"sqlite:///{join(run_dir, SQLITE_FILE)}"
+    url = cfg.path or RunDir(run_dir).experiences_db_url
     return SqlSink(root, url, cfg.name or default_table_name(base_name(run_dir)))

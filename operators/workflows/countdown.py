@@ -6,7 +6,7 @@ bundled taskset (pipelines/countdown_tasks.py) is written with.
 
 from __future__ import annotations
 
-from operators.workflows.registry import register_workflow
+from operators.workflows.base import register_workflow
 from operators.workflows.single_turn import SingleTurnWorkflow
 
 COUNTDOWN_SYSTEM_PROMPT = "Think briefly, then give one equation in <answer></answer>."

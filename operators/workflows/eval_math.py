@@ -1,13 +1,13 @@
 """`eval_math`: the eval-time math workflow; each experience's metrics carry its `accuracy`.
 
-The caller groups a task's experiences and summarises them with `operators.rollout.eval_metrics.eval_summary`
+The caller groups a task's experiences and summarises them with `pipelines.control.metrics.eval_metrics`
 (mean@k, pass@k) over `[e.metrics["accuracy"] for e in experiences]`.
 """
 
 from __future__ import annotations
 
 from operators.engine.samples import Sample
-from operators.workflows.registry import register_workflow
+from operators.workflows.base import register_workflow
 from operators.workflows.single_turn import SingleTurnWorkflow
 
 

@@ -1,11 +1,6 @@
-"""`math`: the prompt as given, all samples in one request, each scored by the task's reward function."""
+"""The first home of `MathWorkflow` (`math`, now in `single_turn.py`), kept so that plugins written against
+it still load: importing it from here is a DeprecationWarning naming `operators.workflows`."""
 
-from __future__ import annotations
+from operators.rollout.moved import moved_names
 
-from operators.workflows.registry import register_workflow
-from operators.workflows.single_turn import SingleTurnWorkflow
-
-
-@register_workflow("math")
-class MathWorkflow(SingleTurnWorkflow):
-    """The prompt as given (plus workflow_args.system_prompt), scored by the task's reward function."""
+__getattr__ = moved_names("operators.workflows.math", {"MathWorkflow": "operators.workflows"})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from operators.workflows.registry import register_workflow
+from operators.workflows.base import register_workflow
 from operators.workflows.single_turn import SingleTurnWorkflow
 
 BOXED_SYSTEM_PROMPT = "Solve the problem step by step. Put only the final answer in \\boxed{}."

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from operators.engine.client import EngineClient
-from operators.workflows.registry import WorkflowBase, repeats
+from operators.workflows.base import WorkflowBase, repeats
 from operators.workflows.trajectory import Call, assemble, segment_experiences, trajectory_mode
 from schemas.errors import TaskInputError
 from schemas.experience import Experience

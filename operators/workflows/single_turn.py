@@ -1,6 +1,6 @@
 """`SingleTurnWorkflow`: a chat prompt, all requested samples in one request (vLLM `n`), each scored by a
 reward function. Where a task becomes experiences for every single-turn built-in; they differ only in their
-default system prompt, default reward function and per-sample metrics.
+default system prompt, default reward function and per-sample metrics. `math`, the plain one, is here too.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 
 from operators.engine.client import EngineClient, derive_seed, sampling_params
 from operators.engine.samples import Generation, Sample
-from operators.rollout.rewards import get_reward_fn
-from operators.workflows.registry import WorkflowBase, repeats
-from schemas.experience import Experience
+from operators.rollout.reward_registry import get_reward_fn
+from operators.workflows.base import WorkflowBase, register_workflow, repeats
+from schemas.experience import Experience, task_experience
 from schemas.task import Task
 
 
@@ -63,11 +63,9 @@ class SingleTurnWorkflow(WorkflowBase):
     ) -> Experience:
         parts = dict(parts)
         reward = float(parts.pop("reward"))
-        return Experience(
-            task_uid=task.task_uid,
-            run_id=run_id,
-            step=task.step,
-            taskset=task.taskset,
+        return task_experience(
+            task,
+            run_id,
             model_version=generation.model_version,
             token_versions=sample.token_versions,
             prompt_ids=generation.prompt_ids,
@@ -77,8 +75,11 @@ class SingleTurnWorkflow(WorkflowBase):
             reward_parts=parts,
             prompt_text=generation.prompt_text,
             response_text=sample.text,
-            truth=task.truth,
             finish_reason=sample.finish_reason,
-            is_eval=task.is_eval,
             metrics=self.metrics(sample, parts, reward),
         )
+
+
+@register_workflow("math")
+class MathWorkflow(SingleTurnWorkflow):
+    """The prompt as given (plus workflow_args.system_prompt), scored by the task's reward function."""

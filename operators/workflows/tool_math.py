@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import re
 
-from operators.rollout.rewards import get_reward_fn
+from operators.rollout.reward_registry import get_reward_fn
+from operators.workflows.base import register_workflow
 from operators.workflows.calculator import CalculatorError, calculate
 from operators.workflows.env import EnvWorkflow, MalformedAction
-from operators.workflows.registry import register_workflow
 from schemas.task import Task
 
 TOOL_SYSTEM_PROMPT = "Calculator: <calc>EXPR</calc>"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from schemas.experience import NOT_SAMPLED, Experience
+from schemas.experience import NOT_SAMPLED, Experience, task_experience
 from schemas.task import Task
 
 Mode = Literal["merge", "per_call"]
@@ -124,11 +124,9 @@ def segment_experiences(
             "trajectory_split": float(segment.split),
         }
         experiences.append(
-            Experience(
-                task_uid=task.task_uid,
-                run_id=run_id,
-                step=task.step,
-                taskset=task.taskset,
+            task_experience(
+                task,
+                run_id,
                 model_version=segment.model_version,
                 prompt_ids=segment.prompt_ids,
                 response_ids=segment.response_ids,
@@ -137,9 +135,7 @@ def segment_experiences(
                 reward_parts=dict(parts),
                 prompt_text=prompt_text,
                 response_text=response_text,
-                truth=task.truth,
                 finish_reason=segment.finish_reason,
-                is_eval=task.is_eval,
                 action_mask=segment.action_mask,
                 metrics=metrics,
                 segment=index,

@@ -22,10 +22,10 @@ from pydantic import ValidationError
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, tensor_meta
 from operators.ops.registry import build_op
 from operators.rollout.plugins import load_plugins
-from operators.rollout.rewards import get_reward_fn
+from operators.rollout.reward_registry import get_reward_fn
 from operators.tasks.reader import TasksetPlan, json_type, plan_taskset
 from operators.workflows.agent import AgentWorkflow
-from operators.workflows.registry import load_builtins, workflow_class
+from operators.workflows.base import load_builtins, workflow_class
 from schemas.config import Config, validate_tree
 from schemas.errors import InputError, read_text
 from schemas.storage import Location, display, filesystem, is_remote

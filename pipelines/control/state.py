@@ -11,10 +11,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from operators.sinks.base import Sink
 from schemas.atomic import atomic_write_json
 from schemas.errors import InputError
-from schemas.run_dir import CARRIED_TASKS, CONFIG, EXPLORER_STATE
+from schemas.run_dir import CARRIED_TASKS, CONFIG, RunDir
 from schemas.storage import Location, as_location, display, is_file, join, read_bytes
-
-STATE_FILE = EXPLORER_STATE
 
 
 class ExplorerState(BaseModel):
@@ -31,7 +29,7 @@ class ExplorerState(BaseModel):
     @classmethod
     def load(cls, run_dir: Location) -> ExplorerState | None:
         """The saved state, or None when there is none; InputError (naming it) for a file that is not one."""
-        path = join(as_location(run_dir), STATE_FILE)
+        path = RunDir(run_dir).explorer_state
         try:
             if not is_file(path):
                 return None
@@ -51,7 +49,7 @@ class ExplorerState(BaseModel):
             ) from None
 
     def save(self, run_dir: Location) -> None:
-        atomic_write_json(join(as_location(run_dir), STATE_FILE), self.model_dump(), indent=2)
+        atomic_write_json(RunDir(run_dir).explorer_state, self.model_dump(), indent=2)
 
 
 def resume_state(run_dir: Location, sink: Sink) -> ExplorerState:

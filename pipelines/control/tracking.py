@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from schemas.run_dir import MLFLOW_DB
+from schemas.run_dir import RunDir
 
 PARAMS_PER_BATCH = 100
 PARAM_VALUE_LIMIT = 6000
@@ -24,7 +24,7 @@ SERVER_SCHEMES = ("http", "https")
 
 def default_tracking_uri(run_dir: Path) -> str:
     """SQLite with an absolute path, so the store does not depend on the working directory."""
-    return f"sqlite:///{Path(run_dir).resolve() / MLFLOW_DB}"
+    return RunDir(run_dir).mlflow_uri
 
 
 def is_tracking_server(tracking_uri: str) -> bool:

@@ -24,10 +24,10 @@ from schemas.run_dir import (
     BENCH_STATE,
     CONFIG,
     EXPERIENCES,
-    EXPERIENCES_DB,
     EXPLORER_STATE,
     MLARTIFACTS,
     MLFLOW_DB,
+    RunDir,
 )
 
 log = logging.getLogger(__name__)
@@ -99,12 +99,12 @@ def state_value(path: Path, field: str) -> Any:
 
 def tracking_uri(run_dir: Path | str) -> str:
     """The run's own MLflow store, whatever URI was recorded when it ran (that one may name another place)."""
-    return f"sqlite:///{Path(run_dir).resolve() / MLFLOW_DB}"
+    return RunDir(run_dir).mlflow_uri
 
 
 def experiences_db_url(run_dir: Path | str) -> str:
     """The SQL sink's default SQLite file of the run, found in the run dir."""
-    return f"sqlite:///{Path(run_dir).resolve() / EXPERIENCES_DB}"
+    return RunDir(run_dir).experiences_db_url
 
 
 def artifact_dir(run_dir: Path | str, run_id: str) -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from operators.engine.client import EngineClient
 from operators.rollout.runner import run_task
-from operators.workflows.registry import create_workflow
+from operators.workflows.base import create_workflow
 from pipelines.reference.countdown_tasks import ASSETS_DIR
 from schemas.config import RolloutArgs
 from schemas.task import Task

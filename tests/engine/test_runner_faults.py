@@ -19,8 +19,7 @@ from operators.engine.client import EngineClient
 from operators.rollout.operator import RolloutOperator
 from operators.sinks.parquet import ParquetSink, write_fragments
 from operators.tasks.reader import TasksetPlan
-from operators.workflows.math import MathWorkflow
-from operators.workflows.registry import WorkflowBase, register_workflow
+from operators.workflows import MathWorkflow, WorkflowBase, register_workflow
 from pipelines.control.steps import StepCommitter
 from schemas.config import RolloutArgs
 from schemas.experience import Experience

@@ -18,8 +18,7 @@ from operators.rollout.over_rollout import DEFERRED, SKIPPED
 from operators.rollout.runner import DynamicTimeout, SubRun, WorkflowRunner
 from operators.sinks.parquet import ParquetSink, write_fragments
 from operators.tasks.reader import TasksetPlan
-from operators.workflows.math import MathWorkflow
-from operators.workflows.registry import register_workflow
+from operators.workflows import MathWorkflow, register_workflow
 from pipelines.control.steps import StepCommitter
 from schemas.errors import STALE, StaleRequest
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig

@@ -97,9 +97,7 @@ def test_split_repeats_commit_each_step_once(engines, tmp_path):
 
 
 PLUGIN = """
-from operators.rollout.rewards import register_reward
-from operators.workflows.math import MathWorkflow
-from operators.workflows.registry import register_workflow
+from operators.workflows import MathWorkflow, register_reward, register_workflow
 
 
 @register_reward("always_half")

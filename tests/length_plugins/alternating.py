@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from operators.workflows import register_workflow
-from operators.workflows.math import MathWorkflow
+from operators.workflows import MathWorkflow, register_workflow
 
 
 @register_workflow("alternating_lengths")

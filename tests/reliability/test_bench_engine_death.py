@@ -35,7 +35,7 @@ import torch
 
 from operators.engine.client import lookup_engine
 from operators.workflows.eval_math import EvalMathWorkflow
-from operators.workflows.registry import register_workflow
+from operators.workflows import register_workflow
 
 
 @register_workflow("double_eval_engine_killer")

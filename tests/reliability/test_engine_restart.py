@@ -37,8 +37,7 @@ import signal
 from pathlib import Path
 
 from operators.engine.client import lookup_engine
-from operators.workflows.math import MathWorkflow
-from operators.workflows.registry import register_workflow
+from operators.workflows import MathWorkflow, register_workflow
 
 
 @register_workflow("double_engine_killer")

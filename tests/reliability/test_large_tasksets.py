@@ -60,7 +60,7 @@ def test_a_million_rows_stream_in_bounded_memory(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    print(f"1M rows, {big.stat().st_size / 1e6:.0f} MB: {report}")  # the figures the README quotes
+    print(f"1M rows, {big.stat().st_size / 1e6:.0f} MB: {report}")  # the figures docs/configuration.md quotes
     assert (report["rows"], report["steps"]) == (ROWS, ROWS // 8)
     assert (report["skipped"], report["reasons"]) == (ROWS // BAD_EVERY, 3)
     assert report["largest_block"] == 8

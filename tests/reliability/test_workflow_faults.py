@@ -20,8 +20,7 @@ from schemas.config import load_config
 FAULTY = """
 import asyncio
 
-from operators.workflows.math import MathWorkflow
-from operators.workflows.registry import register_workflow
+from operators.workflows import MathWorkflow, register_workflow
 
 FAULTS = ["raise", "hang", "short_logprobs", "nan_reward", "empty_response", None, None, None]
 

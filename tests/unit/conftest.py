@@ -14,6 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from operators.engine.checkpoints import TensorMetaMap, tensor_meta
+from operators.ops import registry as op_registry
+from operators.rollout import reward_registry
+from operators.workflows import base as workflow_registry
 from schemas.config import DEFAULT_MODEL
 
 
@@ -68,3 +71,20 @@ def stays_a_unit_test() -> Iterator[None]:
         pytest.fail("a unit test initialised Ray: move it to an integration tier", pytrace=False)
     if left := vllm_processes():
         pytest.fail(f"a unit test left vLLM processes: {left}; move it to the engine tier", pytrace=False)
+
+
+@pytest.fixture
+def scratch_registries(monkeypatch: pytest.MonkeyPatch):
+    """Copies of the workflow, reward and op registries (built-ins loaded first), so that what a test's
+    plugins register does not leak; plugin modules are dropped afterwards."""
+    workflow_registry.load_builtins()
+    op_registry.load_builtins()
+    reward_registry.get_reward_fn("math_accuracy")  # loads the built-in rewards
+    monkeypatch.setattr(workflow_registry, "WORKFLOWS", dict(workflow_registry.WORKFLOWS))
+    monkeypatch.setattr(reward_registry, "REWARD_FNS", dict(reward_registry.REWARD_FNS))
+    monkeypatch.setattr(op_registry, "OPS", dict(op_registry.OPS))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith("rftflow_plugin_"):
+            del sys.modules[name]

@@ -177,7 +177,7 @@ def test_the_checker_sees_the_project():
     modules = project()
     assert {"schemas.config", "operators.rollout.runner", "pipelines.control.fleet"} <= set(modules)
     runner = {i.target for i in modules["operators.rollout.runner"].imports}
-    assert {"operators.workflows.registry", "schemas.task"} <= runner
+    assert {"operators.workflows.base", "schemas.task"} <= runner
 
 
 # -- a. no import cycles -------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The README's configuration table, generated from schemas/config.py by docs/config_table.py, is current."""
+"""The configuration table page, docs/config-table.md, generated from schemas/config.py by
+docs/config_table.py, is current."""
 
 from __future__ import annotations
 
@@ -31,11 +32,11 @@ def table() -> ModuleType:
 
 
 @pytest.fixture
-def readme_copy(tmp_path: Path) -> Path:
-    return Path(shutil.copy(ROOT / "README.md", tmp_path / "README.md"))
+def page_copy(tmp_path: Path) -> Path:
+    return Path(shutil.copy(ROOT / "docs" / "config-table.md", tmp_path / "config-table.md"))
 
 
-def test_readme_table_is_current():
+def test_table_page_is_current():
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
@@ -60,23 +61,23 @@ def test_defaults_render_as_yaml_and_bundled_paths_by_their_doc_text(table: Modu
 
 
 def test_changed_description_fails_the_check_naming_the_key(
-    table: ModuleType, readme_copy: Path, monkeypatch: pytest.MonkeyPatch
+    table: ModuleType, page_copy: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    assert table.check(readme_copy) is None
+    assert table.check(page_copy) is None
     monkeypatch.setattr(BufferConfig.model_fields["batch_size"], "description", "tasks in one step")
-    problem = table.check(readme_copy)
+    problem = table.check(page_copy)
     assert problem is not None and "`buffer.batch_size`" in problem
-    assert table.main(["--check", "--readme", str(readme_copy)]) == 1
-    assert table.write(readme_copy) is True
-    assert table.check(readme_copy) is None
-    assert "| `buffer.batch_size` | `8` | tasks in one step |" in readme_copy.read_text()
+    assert table.main(["--check", "--page", str(page_copy)]) == 1
+    assert table.write(page_copy) is True
+    assert table.check(page_copy) is None
+    assert "| `buffer.batch_size` | `8` | tasks in one step |" in page_copy.read_text()
 
 
-def test_edited_readme_row_fails_the_cli_check(readme_copy: Path):
-    text = readme_copy.read_text()
-    readme_copy.write_text(text.replace("| tasks per step |", "| tasks per batch |", 1))
+def test_edited_page_row_fails_the_cli_check(page_copy: Path):
+    text = page_copy.read_text()
+    page_copy.write_text(text.replace("| tasks per step |", "| tasks per batch |", 1))
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--check", "--readme", str(readme_copy)],
+        [sys.executable, str(SCRIPT), "--check", "--page", str(page_copy)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -86,6 +87,6 @@ def test_edited_readme_row_fails_the_cli_check(readme_copy: Path):
 
 
 def test_missing_markers_are_an_error(table: ModuleType, tmp_path: Path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# no table here\n")
-    assert table.main(["--check", "--readme", str(readme)]) == 1
+    page = tmp_path / "config-table.md"
+    page.write_text("# no table here\n")
+    assert table.main(["--check", "--page", str(page)]) == 1

@@ -184,7 +184,7 @@ def test_an_unknown_op_is_refused_before_anything_starts():
 
 PLUGIN_OP = """
 import pyarrow.compute as pc
-from operators.ops import ExperienceOpBase, OpArgs, register_op
+from operators.workflows import ExperienceOpBase, OpArgs, register_op
 
 
 @register_op("NAME")

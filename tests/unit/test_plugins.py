@@ -7,16 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from operators.rollout import plugins, rewards
+from operators.rollout import plugins, reward_registry
 from operators.rollout.plugins import PluginError, load_plugins
-from operators.rollout.rewards import get_reward_fn
-from operators.workflows import registry
-from operators.workflows.registry import create_workflow, load_builtins
+from operators.rollout.reward_registry import get_reward_fn
+from operators.workflows import base
+from operators.workflows.base import create_workflow
 
 PLUGIN = """
-from operators.rollout.rewards import register_reward
-from operators.workflows.single_turn import SingleTurnWorkflow
-from operators.workflows.registry import register_workflow
+from operators.workflows import SingleTurnWorkflow, register_reward, register_workflow
 
 
 @register_reward("always_one")
@@ -30,17 +28,7 @@ class EchoWorkflow(SingleTurnWorkflow):
 """
 
 
-@pytest.fixture(autouse=True)
-def scratch_registries(monkeypatch):
-    """Copies of both registries (built-ins loaded first), and plugin modules dropped afterwards."""
-    load_builtins()
-    monkeypatch.setattr(registry, "WORKFLOWS", dict(registry.WORKFLOWS))
-    monkeypatch.setattr(rewards, "REWARD_FNS", dict(rewards.REWARD_FNS))
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.startswith("rftflow_plugin_"):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("scratch_registries")  # tests/unit/conftest.py
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -64,9 +52,9 @@ def test_a_plugin_registers_a_workflow_and_a_reward(tmp_path):
 def test_loading_twice_registers_nothing_twice(tmp_path):
     write(tmp_path, "echo.py", PLUGIN)
     first = load_plugins(tmp_path)
-    cls = registry.WORKFLOWS["echo"]
+    cls = base.WORKFLOWS["echo"]
     assert load_plugins(tmp_path) == first
-    assert registry.WORKFLOWS["echo"] is cls
+    assert base.WORKFLOWS["echo"] is cls
 
 
 def test_a_reimported_plugin_module_replaces_its_definitions(tmp_path):
@@ -74,21 +62,20 @@ def test_a_reimported_plugin_module_replaces_its_definitions(tmp_path):
     (name,) = load_plugins(tmp_path)
     del sys.modules[name]  # e.g. a fresh import of the same file
     load_plugins(tmp_path)
-    assert registry.WORKFLOWS["echo"] is sys.modules[name].EchoWorkflow
+    assert base.WORKFLOWS["echo"] is sys.modules[name].EchoWorkflow
 
 
 def test_plugins_load_in_name_order(tmp_path):
-    write(
-        tmp_path, "b.py", "import operators.rollout.rewards as r\nr.ORDER = [*getattr(r, 'ORDER', []), 'b']\n"
-    )
-    write(
-        tmp_path, "a.py", "import operators.rollout.rewards as r\nr.ORDER = [*getattr(r, 'ORDER', []), 'a']\n"
-    )
+    for name in ("b", "a"):
+        text = (
+            f"import operators.rollout.reward_registry as r\nr.ORDER = [*getattr(r, 'ORDER', []), '{name}']\n"
+        )
+        write(tmp_path, f"{name}.py", text)
     try:
         load_plugins(tmp_path)
-        assert rewards.ORDER == ["a", "b"]
+        assert reward_registry.ORDER == ["a", "b"]
     finally:
-        del rewards.ORDER
+        del reward_registry.ORDER
 
 
 def test_a_broken_plugin_is_named(tmp_path):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from operators.rollout.reward_registry import REWARD_FNS, get_reward_fn
 from operators.rollout.rewards import (
-    REWARD_FNS,
     answers_match,
     extract_answer,
     format_reward,
-    get_reward_fn,
     math_accuracy,
     math_boxed_accuracy,
 )
@@ -84,7 +83,7 @@ def test_registry_and_unknown_names():
 
 
 def test_register_refuses_a_second_function_under_a_taken_name(monkeypatch):
-    from operators.rollout import rewards
+    from operators.rollout import reward_registry as rewards
 
     monkeypatch.setattr(rewards, "REWARD_FNS", dict(REWARD_FNS))
     with pytest.raises(ValueError, match="'format' is already registered"):

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from operators.workflows import MalformedAction
+from operators.workflows.base import workflow_class
 from operators.workflows.env import env_parts
-from operators.workflows.registry import workflow_class
 from operators.workflows.tool_math import TOOL_SYSTEM_PROMPT, CalculatorEnv
 from schemas.task import Task
 
