@@ -4,7 +4,7 @@ table in `schemas.trinity_keys`; the reasons and helpers the rest of the table s
 
 from __future__ import annotations
 
-from schemas.trinity_rules import Differs, Enabled, Ignore, Map, Read, Refuse, Section, ignored
+from schemas.trinity_rules import Differs, Enabled, Given, Ignore, Map, Read, Refuse, Section, ignored
 from schemas.trinity_transforms import api_key, length, value_of
 
 TRAINER = "trainer-side"
@@ -29,7 +29,7 @@ MODEL = Section(
         "max_model_len": Map(
             "explorer.rollout_model.max_model_len",
             "Trinity's length rules",
-            length("max_model_len"),
+            length("max_model_len", "max_response_tokens"),
             always=True,
         ),
         "max_prompt_tokens": Map(
@@ -74,10 +74,10 @@ ROLLOUT_MODEL = Section(
         "gpu_memory_utilization": Map("gpu_memory_utilization"),
         "dtype": Map("dtype", "Trinity's default `bfloat16`", default=value_of("bfloat16")),
         "seed": Map("seed", "Trinity's default 42", default=value_of(42)),
-        **{k: Refuse(PER_TASKSET, Differs(None)) for k in ("temperature", "top_p", "top_k", "logprobs")},
+        **{k: Refuse(PER_TASKSET, Given()) for k in ("temperature", "top_p", "top_k", "logprobs")},
         "max_model_len": Map("max_model_len", "over `model.max_model_len`"),
         "max_prompt_tokens": Map("max_prompt_tokens", "over `model.max_prompt_tokens`"),
-        "max_response_tokens": Refuse("set it as `model.max_response_tokens`", Differs(None)),
+        "max_response_tokens": Refuse("set it as `model.max_response_tokens`", Given()),
         "min_response_tokens": Refuse("a minimum response length is not supported"),
         "enable_prompt_truncation": Ignore("as `model.enable_prompt_truncation`"),
         "repetition_penalty": Refuse("a repetition penalty is not supported", Differs(1.0)),

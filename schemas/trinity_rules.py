@@ -33,6 +33,16 @@ class Truthy:
 
 
 @dataclass(frozen=True)
+class Given:
+    """Refuse any value at all (a zero or false one included): Trinity's default for these keys is null."""
+
+    text: str = "given"
+
+    def __call__(self, value: Any) -> bool:
+        return value is not None
+
+
+@dataclass(frozen=True)
 class Differs:
     """Refuse any value but Trinity's default, which is what rftflow does too."""
 
@@ -70,7 +80,7 @@ class HasAny:
         return isinstance(value, dict) and any(value.get(k) for k in self.keys)
 
 
-Predicate = Truthy | Differs | Enabled | HasAny
+Predicate = Truthy | Given | Differs | Enabled | HasAny
 
 
 @dataclass(frozen=True)

@@ -107,14 +107,16 @@ def lengths(t: Translation) -> dict[str, int | None]:
     return {"max_model_len": total, "max_prompt_tokens": prompt, "max_response_tokens": response}
 
 
-def length(name: str) -> Transform:
-    """One of the three lengths, after Trinity's rules; a notice where the rules changed or filled it."""
+def length(name: str, *also: str) -> Transform:
+    """One of the three lengths, after Trinity's rules; a notice for it (and for `also`, lengths no transform
+    of their own settles) where the rules changed or filled it."""
 
     def settle(value: Any, t: Translation, where: str) -> int | None:
-        settled = lengths(t)[name]
-        if settled is not None and settled != value:
-            t.notice(f"model.{name}: {settled}, by Trinity's length rules")
-        return settled
+        settled = lengths(t)
+        for key in (name, *also):
+            if settled[key] is not None and settled[key] != t.get(f"model.{key}"):
+                t.notice(f"model.{key}: {settled[key]}, by Trinity's length rules")
+        return settled[name]
 
     return settle
 
@@ -171,6 +173,8 @@ def monitor_type(value: str, t: Translation, where: str) -> None:
 
 def mlflow_uri(value: dict[str, Any], t: Translation, where: str) -> str | None:
     """`monitor_args` is free-form there; rftflow reads its `uri` when the monitor is MLflow."""
+    if not isinstance(value, dict):
+        t.refuse(where, f"expected a mapping, got {type(value).__name__}")
     return value.get("uri") if t.get("monitor.monitor_type", "mlflow") == "mlflow" else None
 
 
@@ -183,6 +187,8 @@ def operator_name(value: str, t: Translation, where: str) -> str:
 
 def operator_args(value: dict[str, Any] | None, t: Translation, where: str) -> dict[str, Any]:
     name = t.get(f"{parent(where)}.name")
+    if not isinstance(value, dict | None):
+        t.refuse(where, f"expected a mapping, got {type(value).__name__}")
     args = dict(value or {})
     threshold = args.pop("threshold", 0.0)
     if args:
