@@ -67,6 +67,7 @@ ROLLOUT_MODEL = Section(
         "pipeline_parallel_size": Refuse("pipeline parallelism is not supported", Differs(1)),
         "enable_expert_parallel": Refuse("expert parallelism is not supported"),
         "gpu_per_engine": Ignore(AUTO),
+        "use_v1": Refuse("rftflow's vLLM has only its V1 engine", Differs(True)),
         "extra_engine_args": Refuse("extra vLLM engine arguments are not passed"),
         "enforce_eager": Map("enforce_eager", "(Trinity's default is false, rftflow's true)"),
         "enable_prefix_caching": Ignore("a vLLM option rftflow leaves at vLLM's default"),
