@@ -176,15 +176,15 @@ def test_explorer_features_rftflow_lacks_are_refused_naming_the_key(trinity_env,
 
 def test_over_rollout_and_dynamic_timeout_carry_over_by_sub_key(trinity_env, caplog):
     tree = yaml.safe_load(GSM8K.read_text())
-    tree["explorer"]["over_rollout"] = {"ratio": 0.25, "wait_after_min": 3.0, "mode": "eager"}
-    tree["explorer"]["dynamic_timeout"] = {"enable": True, "ratio": 4.0}
+    tree["explorer"]["over_rollout"] = {"ratio": 0.25, "wait_after_min": 3.0}
+    tree["explorer"]["dynamic_timeout"] = {"enable": True, "ratio": 4.0, "warmup_min_steps": 2}
     path = trinity_env / "tail.yaml"
     path.write_text(yaml.safe_dump(tree))
     with caplog.at_level(logging.INFO, logger="schemas.config"):
         explorer = load_config(path).explorer
     assert (explorer.over_rollout.ratio, explorer.over_rollout.wait_after_min) == (0.25, 3.0)
     assert explorer.dynamic_timeout.enable and explorer.dynamic_timeout.ratio == 4.0
-    assert "explorer.over_rollout.mode: ignored" in caplog.text
+    assert "explorer.dynamic_timeout.warmup_min_steps: ignored (counted in steps there" in caplog.text
 
 
 def test_the_reference_reward_filters_become_experience_ops(trinity_env):
