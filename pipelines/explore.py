@@ -173,6 +173,20 @@ class Summary:
         )
 
 
+@dataclass
+class NothingLeft:
+    """A finished run given again (same total steps): nothing was started."""
+
+    steps: int
+    run_dir: Location
+
+    def render(self) -> str:
+        return (
+            f"rftflow explore: {display(self.run_dir)} has committed all its {self.steps} steps; nothing was "
+            "started (raise buffer.total_steps, or --steps, to go on)"
+        )
+
+
 def explore(
     cfg: Config,
     run_dir: Location,
@@ -184,7 +198,7 @@ def explore(
     verbose: bool = False,
     with_trainer: bool = False,
     trainer_lr: float | None = None,
-) -> Summary:
+) -> Summary | NothingLeft:
     """Run (or resume) an explore run to its end with the `Explorer`, and summarise it.
 
     `engines` lets a caller (a benchmark, a test) reuse a started `EngineFleet`; it is then left running.
@@ -210,6 +224,8 @@ def explore(
         trainer = follower = None
         try:
             await explorer.prepare()
+            if explorer.nothing_left:
+                return
             if with_trainer:
                 trainer = start_trainer(explorer, trainer_lr)
                 follower = follow_trainer(trainer, explorer.monitor)
@@ -226,6 +242,8 @@ def explore(
             await explorer.shutdown()
 
     asyncio.run(run())
+    if explorer.nothing_left:
+        return NothingLeft(explorer.plan.num_steps, explorer.run_dir)
     totals = explorer.totals
     seconds = time.monotonic() - explorer.started
     return Summary(
@@ -378,6 +396,8 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"report: python -m pipelines.report {run_dir} (or --report next time)")
         return 0 if ok else 1
     print(summary.render())
+    if isinstance(summary, NothingLeft):
+        return 0
     if is_remote(summary.run_dir):
         print(f"  run dir:     {display(summary.run_dir)}")
     elif args.report:

@@ -52,6 +52,7 @@ from pipelines.control.weight_sync import CheckpointSource, SyncOutcome, WeightS
 from schemas.atomic import atomic_write_text
 from schemas.config import Config, flatten
 from schemas.run_dir import RunDir, checkpoint_dir_name, trainer_status_path
+from schemas.run_end import clear_finished, finished_step, mark_finished
 from schemas.storage import Location, as_location, base_name, is_remote, make_dirs
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class Explorer:
         self.gate: Any = None
         self.hub: Any = None
         self.syncer: WeightSyncer | None = None
+        self.nothing_left = False  # a finished run given again: nothing is started (`prepare`)
 
     @property
     def name(self) -> str:
@@ -117,6 +119,12 @@ class Explorer:
         check_resume(cfg, self.run_dir)  # before anything of this run is started or written
         self.plan, self.eval_plans, self.expected = inputs.plan, inputs.eval_plans, inputs.expected
         self.state = resume_state(self.run_dir, self.sink)
+        # (a crash after the last commit leaves no mark: that run resumes for the eval or sync it missed)
+        if self.state.latest_step >= self.plan.num_steps and finished_step(self.run_dir) is not None:
+            self.nothing_left = True
+            log.info("all %d steps of %s are committed: nothing to run", self.plan.num_steps, self.name)
+            return
+        clear_finished(self.run_dir)  # a resume with steps left: followers wait for them again
         make_dirs(self.run_dir)
         init_ray(cfg.ray, self.ray_address, self.verbose)
         if self.fleet is None:
@@ -173,8 +181,12 @@ class Explorer:
         """Run every remaining step, then wait for the evals; returns the explorer's name."""
         if self.stream is None:
             await self.prepare()
+        if self.nothing_left:
+            return self.name
         while await self.explore_step():
             pass
+        if self.state.latest_step >= self.plan.num_steps:
+            mark_finished(self.run_dir, self.state.latest_step)  # a following reader stops here
         await asyncio.to_thread(self._close_feed, True)  # the trainer reads to the end of the stream
         await self.evals.finish(wait=True)
         self._close_bar()

@@ -1,0 +1,42 @@
+"""The mark an explorer leaves when its run has committed its last step, so a following reader can stop.
+
+A reader that follows a run (`operators.sinks.reader`) cannot tell a finished run from a slow one by its
+commits alone: without this mark it waits out its whole idle timeout. The explorer writes the mark after the
+last step commits, and removes it when the run resumes with steps left (a raised `total_steps`), before any
+new step can commit. A reader that sees the mark, then lists the committed steps, has seen every step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from schemas.atomic import atomic_write_json
+from schemas.run_dir import FINISHED
+from schemas.storage import Location, as_location, delete_file, is_file, join, read_bytes
+
+
+def finished_path(run_dir: Location) -> Location:
+    return join(as_location(run_dir), FINISHED)
+
+
+def mark_finished(run_dir: Location, last_step: int) -> None:
+    """The run is over: every step up to `last_step` is committed, and no other will be."""
+    atomic_write_json(finished_path(run_dir), {"last_step": last_step, "finished_at": time.time()})
+
+
+def clear_finished(run_dir: Location) -> None:
+    """The run goes on (a resume with steps left): followers wait for its new steps again."""
+    if is_file(finished_path(run_dir)):
+        delete_file(finished_path(run_dir))
+
+
+def finished_step(run_dir: Location) -> int | None:
+    """The last step of a finished run; None while the run may still commit steps (or never ran)."""
+    path = finished_path(run_dir)
+    if not is_file(path):
+        return None
+    try:
+        return int(json.loads(read_bytes(path))["last_step"])
+    except (ValueError, KeyError, TypeError):  # a mark not written by rftflow: no end is known
+        return None
