@@ -17,6 +17,7 @@ from schemas.config_base import MAX_INT32, MAX_SECONDS, GivenPath, Strict
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import InputError
 from schemas.experience_ops import ExperienceOpConfig
+from schemas.config_paths import anchor_paths
 from schemas.interpolation import env_values, hide_env, resolve_env
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.trinity import is_trinity, translate
@@ -459,8 +460,9 @@ def validate_tree(tree: dict[str, Any], source: str) -> Config:
 
 def load_config(path: Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read YAML (optional; a Trinity-RFT config is translated, see `schemas.trinity`; in rftflow's own,
-    `${oc.env:NAME,default}` is resolved, see `schemas.interpolation`), apply `--set` overrides, validate;
-    errors name the file and the key path."""
+    `${oc.env:NAME,default}` is resolved, see `schemas.interpolation`, and relative paths are the file's
+    folder's, see `schemas.config_paths`), apply `--set` overrides (paths there: the working directory's),
+    validate; errors name the file and the key path."""
     tree = read_config_file(Path(path)) if path is not None else {}
     env = env_values(tree)
     if is_trinity(tree):
@@ -469,9 +471,12 @@ def load_config(path: Path | None = None, overrides: list[str] | None = None) ->
             logger.info("Trinity-RFT config %s: %s", path, notice)
     else:
         tree = resolve_env(tree, str(path))
+        if path is not None:
+            tree = anchor_paths(tree, Path(path).resolve().parent)
     for text in overrides or []:
         key, value = parse_override(text)
         _set_path(tree, key, value)
+    tree = anchor_paths(tree, Path.cwd())  # what is still relative came from --set: saved absolute
     return validate_tree(tree, str(path) if path else "--set").remember_env(env)
 
 
