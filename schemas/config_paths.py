@@ -1,9 +1,9 @@
 """Relative paths in a config file are relative to that file's folder, as most tools read them.
 
-So `pipelines/tool_math.yaml` names `assets/tiny-tool-llama` and works from any working directory, and a config
-next to its taskset can say `path: train.jsonl`. Paths given on the command line (`--set`, `--plugin-dir`,
-`--run-dir`) stay relative to the working directory, where the shell that typed them stands. A Trinity-RFT
-config keeps Trinity's rule (the working directory), so it means here what it meant there.
+So `pipelines/tool_math.yaml` names `assets/tiny-tool-llama` and works from any working directory, and a
+config next to its taskset can say `path: train.jsonl`. Paths given on the command line (`--set`,
+`--plugin-dir`, `--run-dir`) stay relative to the working directory, where the shell that typed them stands.
+A Trinity-RFT config keeps Trinity's rule (the working directory), so it means here what it meant there.
 """
 
 from __future__ import annotations
