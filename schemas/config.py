@@ -14,12 +14,13 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from schemas.bounded_yaml import parse_yaml, read_config_file
 from schemas.config_base import MAX_INT32, MAX_SECONDS, GivenPath, Strict
+from schemas.config_paths import anchor_paths
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import InputError
 from schemas.experience_ops import ExperienceOpConfig
-from schemas.config_paths import anchor_paths
 from schemas.interpolation import env_values, hide_env, resolve_env
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
+from schemas.secrets import mask_tree
 from schemas.trinity import is_trinity, translate
 
 logger = logging.getLogger(__name__)
@@ -402,8 +403,9 @@ class Config(Strict):
 
     def public_dump(self) -> dict[str, Any]:
         """The config as JSON values, with each value read from the environment put back as its
-        `${oc.env:NAME}` reference (it may be a secret): for config.yaml, MLflow params and --dry-run."""
-        return hide_env(self.model_dump(mode="json"), self._env)
+        `${oc.env:NAME}` reference (it may be a secret), and URL passwords and secret-named keys masked
+        (`schemas.secrets`): for config.yaml, MLflow params and --dry-run."""
+        return mask_tree(hide_env(self.model_dump(mode="json"), self._env))
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> Config:

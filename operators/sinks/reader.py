@@ -27,6 +27,7 @@ from schemas.config import ExperienceBufferConfig, load_config
 from schemas.errors import InputError
 from schemas.run_dir import CONFIG
 from schemas.run_end import finished_step
+from schemas.secrets import MASK
 from schemas.storage import Location, as_location, display, fetched, is_file, join
 
 POLL_S = 0.5
@@ -119,7 +120,14 @@ def buffer_config(run_dir: Location) -> ExperienceBufferConfig:
             "no config.yaml: not an explore run dir, or its explorer has not started yet", file=display(path)
         )
     with fetched(path) as local:
-        return load_config(local).buffer.trainer_input.experience_buffer
+        buffer = load_config(local).buffer.trainer_input.experience_buffer
+    if buffer.path is not None and f":{MASK}@" in buffer.path:
+        raise InputError(
+            "the run's store URL carries a password, which config.yaml holds masked: pass the store to "
+            "open_reader(run_dir, config), or give the password as ${oc.env:NAME} in the run's config",
+            file=display(path),
+        )
+    return buffer
 
 
 def open_reader(run_dir: Location, config: ExperienceBufferConfig | None = None) -> ExperienceReader:
