@@ -31,6 +31,16 @@ def clear_finished(run_dir: Location) -> None:
         delete_file(finished_path(run_dir))
 
 
+def reopen(run_dir: Location, latest_step: int, num_steps: int) -> bool:
+    """Before a run starts or resumes: False for a finished run with no step left, which stays finished;
+    else True, its mark removed, so followers wait for its new steps. (A crash after the last commit leaves no
+    mark: that run goes on, for the eval or sync its last step may have missed.)"""
+    if latest_step >= num_steps and finished_step(run_dir) is not None:
+        return False
+    clear_finished(run_dir)
+    return True
+
+
 def finished_step(run_dir: Location) -> int | None:
     """The last step of a finished run; None while the run may still commit steps (or never ran)."""
     path = finished_path(run_dir)

@@ -18,6 +18,7 @@ from pyarrow.fs import FileType
 from operators.sinks.base import Sink, open_sink
 from operators.sinks.sql import SqlSink
 from pipelines.control.checks import check_inputs, check_local_defaults, check_run_dir
+from pipelines.control.metrics import skipped_rows
 from pipelines.control.resume_check import check_resume
 from pipelines.control.state import resume_state
 from schemas.config import Config
@@ -51,13 +52,8 @@ def explore_dry_run(cfg: Config, run_dir: Location | None, mlflow_uri: str | Non
     InputError on the first that fails."""
     inputs = check_inputs(cfg)
     said = ["dry run: every check before an engine starts passed; nothing was started or written."]
-    plans = {cfg.buffer.explorer_input.taskset.name: inputs.plan, **inputs.eval_plans}
-    for name, plan in plans.items():
-        if plan.skipped_rows:  # as a run says it (`Explorer._report_skipped_rows`)
-            said.append(
-                f"taskset '{name}': a run would skip {plan.skipped_rows} bad rows, e.g. "
-                + "; ".join(plan.skip_messages)
-            )
+    for name, (count, reasons) in skipped_rows(cfg, inputs.plan, inputs.eval_plans).items():
+        said.append(f"taskset '{name}': a run would skip {count} bad rows, e.g. {reasons}")
     place = run_dir if run_dir is not None else default_run_dir(cfg.name)
     check_run_dir(place)
     check_local_defaults(cfg, place, mlflow_uri)
