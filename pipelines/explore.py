@@ -91,9 +91,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="check everything checked before an engine starts (config, tasksets, model, plugins, names; "
-        "the resume checks on an existing --run-dir), print the resolved config and exit; starts and writes "
-        "nothing",
+        help="check everything checked before an engine starts (config, tasksets, model, plugins, names, "
+        "the run dir and the sink; the resume checks on an existing --run-dir), print the resolved config "
+        "and what a run would do, and exit; starts and writes nothing",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
     parser.add_argument(
