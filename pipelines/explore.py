@@ -20,12 +20,12 @@ from typing import Any
 from pipelines.cli import add_config_arguments, given_location, given_path, logging_to_console, run_cli
 from pipelines.control.commands import report_command
 from pipelines.control.fleet import EngineFleet
-from pipelines.control.throughput import rate
 from pipelines.report import make_report
 from pipelines.report_lib.learning import FIGURE as LEARNING_FIGURE
 from pipelines.report_lib.learning import Learning, write_learning
 from schemas.config import Config, load_config
 from schemas.errors import InputError
+from schemas.run_end import NothingLeft
 from schemas.secrets import mask_text
 from schemas.storage import Location, display, is_remote
 
@@ -153,8 +153,7 @@ class Summary:
             f"{self.failed_tasks} failed tasks"
             + (f", {self.skipped_tasks} skipped by over-rollout" if self.skipped_tasks else ""),
             f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s over "
-            f"{self.seconds:.1f} s of sampling | {self.wall_seconds:.1f} s in all (engine start and shutdown "
-            "included)",
+            f"{self.seconds:.1f} s of sampling | {self.wall_seconds:.1f} s in all (start, shutdown too)",
         ]
         if self.learning is not None:
             lines += [
@@ -175,20 +174,6 @@ class Summary:
                 f"  mlflow:      {mask_text(self.tracking_uri)} (run {self.mlflow_run_id})",
                 f"  browse:      {mask_text(self.browse)}",
             ]
-        )
-
-
-@dataclass
-class NothingLeft:
-    """A finished run given again (same total steps): nothing was started."""
-
-    steps: int
-    run_dir: Location
-
-    def render(self) -> str:
-        return (
-            f"rftflow explore: {display(self.run_dir)} has committed all its {self.steps} steps; nothing was "
-            "started (raise buffer.total_steps, or --steps, to go on)"
         )
 
 
@@ -230,15 +215,13 @@ def explore(
         trainer = follower = None
         try:
             await explorer.prepare()
-            if explorer.stream is None:  # a finished run given again: nothing started (`schemas.run_end`)
-                return
-            if with_trainer:
+            if with_trainer and explorer.stream is not None:  # None: a finished run given again (`run_end`)
                 trainer = start_trainer(explorer, trainer_lr)
                 follower = follow_trainer(trainer, explorer.monitor)
             await explorer.explore()
             if trainer is not None and cfg.synchronizer.sync_method == "checkpoint":
                 await finish_trainer(trainer, cfg.synchronizer.sync_timeout)
-            if with_trainer:
+            if trainer is not None:
                 learned.append(await asyncio.to_thread(measure_learning, explorer))
         finally:
             if follower is not None:
@@ -257,7 +240,7 @@ def explore(
         experiences=totals["experiences"],
         failed_tasks=totals["failed"],
         mean_reward=totals["rewards"] / totals["experiences"] if totals["experiences"] else float("nan"),
-        tokens_per_s=rate(totals["tokens"], sampling),
+        tokens_per_s=totals["tokens"] / sampling if sampling else 0.0,
         seconds=sampling,
         wall_seconds=time.monotonic() - began,
         run_dir=explorer.run_dir,
@@ -403,8 +386,6 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"report: {report_command(run_dir)} (or --report next time)")
         return 0 if ok else 1
     print(summary.render())
-    if isinstance(summary, NothingLeft):
-        return 0
     if is_remote(summary.run_dir):
         print(f"  run dir:     {display(summary.run_dir)}")
     elif args.report:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 from schemas.atomic import atomic_write_json
 from schemas.run_dir import FINISHED
-from schemas.storage import Location, as_location, delete_file, is_file, join, read_bytes
+from schemas.storage import Location, as_location, delete_file, display, is_file, join, read_bytes
 
 
 def finished_path(run_dir: Location) -> Location:
@@ -50,3 +51,18 @@ def finished_step(run_dir: Location) -> int | None:
         return int(json.loads(read_bytes(path))["last_step"])
     except (ValueError, KeyError, TypeError):  # a mark not written by rftflow: no end is known
         return None
+
+
+@dataclass
+class NothingLeft:
+    """What `python -m pipelines.explore` says of a finished run given again (same total steps): nothing was
+    started (`reopen` said so before Ray or an engine could)."""
+
+    steps: int
+    run_dir: Location
+
+    def render(self) -> str:
+        return (
+            f"rftflow explore: {display(self.run_dir)} has committed all its {self.steps} steps; nothing was "
+            "started (raise buffer.total_steps, or --steps, to go on)"
+        )

@@ -173,7 +173,7 @@ class Explorer:
 
     async def explore(self) -> str:
         """Run every remaining step, then wait for the evals; returns the explorer's name."""
-        if self.stream is None:
+        if self.plan is None:  # not prepared yet (a finished run's prepare opens no stream)
             await self.prepare()
         while self.stream is not None and await self.explore_step():
             pass

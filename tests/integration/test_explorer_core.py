@@ -12,10 +12,10 @@ from mlflow import MlflowClient
 import pipelines.control.explorer as explorer_module
 from operators.sinks.reader import open_reader
 from pipelines.control.state import ExplorerState
-from pipelines.explore import NothingLeft, explore
+from pipelines.explore import explore
 from schemas.config import DEFAULT_EVAL, load_config
 from schemas.errors import InputError
-from schemas.run_end import finished_step
+from schemas.run_end import NothingLeft, finished_step
 
 
 def history(summary, metric: str) -> list[int]:
