@@ -7,11 +7,18 @@ ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: install explore demo test test-fast lint format bench bench-checkpoints clean
+.PHONY: install explore demo report test test-fast lint format bench bench-checkpoints clean
 
 install: $(STAMP)
 
+# vLLM's CPU and GPU builds cannot share a venv: one is refused over the other (e.g. EXTRAS=gpu over the cpu .venv)
 $(STAMP): setup.py
+	for other in $(VENV)/.installed-*; do \
+		if [ -e "$$other" ] && [ "$$other" != "$(STAMP)" ]; then \
+			echo "$(VENV) holds vLLM's $${other##*installed-} build, not EXTRAS=$(EXTRAS): make clean first, or give" \
+				"another VENV=.venv-$(EXTRAS)" >&2; exit 2; \
+		fi; \
+	done
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS),test]"
@@ -32,6 +39,12 @@ demo: $(STAMP)
 	test -f pipelines/demo_$(DEMO).yaml || { echo "no demo '$(DEMO)': pick DEMO=tool or DEMO=arith" >&2; exit 2; }
 	$(PY) -m pipelines.explore --config pipelines/demo_$(DEMO).yaml --with-trainer \
 		--set buffer.explorer_input.taskset.rollout_args.seed=$(SEED) $(ARGS)
+
+# make report RUN=runs/explore-X: the run's report, RUN/report/index.html (python -m pipelines.report)
+RUN ?=
+report: $(STAMP)
+	test -n "$(RUN)" || { echo "give the run dir: make report RUN=runs/<run>" >&2; exit 2; }
+	$(PY) -m pipelines.report "$(RUN)" $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m ruff check .

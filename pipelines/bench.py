@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pipelines.benchmark.selection import DEFAULT_TIMEOUT_S, Selection
 from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
+from pipelines.control.commands import report_command
 from pipelines.control.fleet import EngineFleet
 from pipelines.report import make_report
 from schemas.config import load_config
@@ -161,7 +162,7 @@ def run_command(args: argparse.Namespace, engines: EngineFleet | None) -> int:
     if args.report:
         print(f"report: {make_report(run_dir).index}")
     else:
-        print(f"report: python -m pipelines.report {run_dir} (or --report next time)")
+        print(f"report: {report_command(run_dir)} (or --report next time)")
     return 0 if report.ok else 1
 
 

@@ -21,6 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from operators.rollout.plugins import PluginError
 from pipelines.control.runtime import InputsPhase, reading_inputs
 from schemas.errors import InputError
+from schemas.secrets import mask_text
 from schemas.storage import Location, as_location, is_remote
 
 PACKAGES = ("pipelines", "operators", "schemas")  # rftflow's own loggers; Ray's and vLLM's are left alone
@@ -102,15 +103,22 @@ def refuse(exc: BaseException, verbose: bool) -> int:
     `-v`); exit code 2."""
     if verbose:
         traceback.print_exception(exc, file=sys.stderr)
-    print(f"error: {exc}", file=sys.stderr)
+    print(f"error: {mask_text(str(exc))}", file=sys.stderr)
     return 2
+
+
+class MaskingFormatter(logging.Formatter):
+    """Every console log line with its URL passwords masked (`schemas.secrets`), whoever logged it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_text(super().format(record))
 
 
 @contextlib.contextmanager
 def logging_to_console(verbose: bool) -> Iterator[None]:
     """rftflow's log lines on stderr, one message a line, written above any progress bar while it runs."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(MaskingFormatter("%(message)s"))
     loggers = [logging.getLogger(name) for name in PACKAGES]
     saved = [(logger.level, logger.propagate) for logger in loggers]
     for logger in loggers:

@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.cli import add_config_arguments, given_location, given_path, logging_to_console, run_cli
+from pipelines.control.commands import report_command
 from pipelines.control.fleet import EngineFleet
 from pipelines.report import make_report
 from pipelines.report_lib.learning import FIGURE as LEARNING_FIGURE
 from pipelines.report_lib.learning import Learning, write_learning
 from schemas.config import Config, load_config
 from schemas.errors import InputError
+from schemas.run_end import NothingLeft
+from schemas.secrets import mask_text
 from schemas.storage import Location, display, is_remote
 
 EPILOG = """\
@@ -36,7 +39,7 @@ examples:
 
 outputs (under --run-dir):
   experiences/step_NNNNNN/*.parquet   committed experiences, one folder per step
-  mlflow.db                           MLflow tracking store (browse: mlflow ui --backend-store-uri sqlite:///...)
+  mlflow.db                           MLflow tracking store (browse: the command the run prints)
   config.yaml                         the resolved configuration
   checkpoints/global_step_N/          model versions (with --with-trainer and checkpoint sync)
 """
@@ -88,9 +91,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="check everything checked before an engine starts (config, tasksets, model, plugins, names; "
-        "the resume checks on an existing --run-dir), print the resolved config and exit; starts and writes "
-        "nothing",
+        help="check everything checked before an engine starts (config, tasksets, model, plugins, names, "
+        "the run dir and the sink; the resume checks on an existing --run-dir), print the resolved config "
+        "and what a run would do, and exit; starts and writes nothing",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
     parser.add_argument(
@@ -131,8 +134,9 @@ class Summary:
     experiences: int
     failed_tasks: int
     mean_reward: float
-    tokens_per_s: float
-    seconds: float
+    tokens_per_s: float  # generated tokens over the sampling time (`pipelines.control.throughput`)
+    seconds: float  # the sampling time: the union of the steps' sampling windows
+    wall_seconds: float  # the whole command: engine start, evals and shutdown included
     run_dir: Location
     tracking_uri: str
     mlflow_run_id: str
@@ -148,8 +152,8 @@ class Summary:
             f"rftflow explore finished: {self.steps} steps, {self.experiences} experiences, "
             f"{self.failed_tasks} failed tasks"
             + (f", {self.skipped_tasks} skipped by over-rollout" if self.skipped_tasks else ""),
-            f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s | "
-            f"{self.seconds:.1f} s",
+            f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s over "
+            f"{self.seconds:.1f} s of sampling | {self.wall_seconds:.1f} s in all (start, shutdown too)",
         ]
         if self.learning is not None:
             lines += [
@@ -167,8 +171,8 @@ class Summary:
             [
                 *lines,
                 f"  experiences: {self.store}",
-                f"  mlflow:      {self.tracking_uri} (run {self.mlflow_run_id})",
-                f"  browse:      {self.browse}",
+                f"  mlflow:      {mask_text(self.tracking_uri)} (run {self.mlflow_run_id})",
+                f"  browse:      {mask_text(self.browse)}",
             ]
         )
 
@@ -184,7 +188,7 @@ def explore(
     verbose: bool = False,
     with_trainer: bool = False,
     trainer_lr: float | None = None,
-) -> Summary:
+) -> Summary | NothingLeft:
     """Run (or resume) an explore run to its end with the `Explorer`, and summarise it.
 
     `engines` lets a caller (a benchmark, a test) reuse a started `EngineFleet`; it is then left running.
@@ -205,18 +209,19 @@ def explore(
     )
 
     learned: list[Learning | None] = []  # measured before the MLflow run closes
+    began = time.monotonic()
 
     async def run() -> None:
         trainer = follower = None
         try:
             await explorer.prepare()
-            if with_trainer:
+            if with_trainer and explorer.stream is not None:  # None: a finished run given again (`run_end`)
                 trainer = start_trainer(explorer, trainer_lr)
                 follower = follow_trainer(trainer, explorer.monitor)
             await explorer.explore()
             if trainer is not None and cfg.synchronizer.sync_method == "checkpoint":
                 await finish_trainer(trainer, cfg.synchronizer.sync_timeout)
-            if with_trainer:
+            if trainer is not None:
                 learned.append(await asyncio.to_thread(measure_learning, explorer))
         finally:
             if follower is not None:
@@ -226,15 +231,18 @@ def explore(
             await explorer.shutdown()
 
     asyncio.run(run())
+    if explorer.stream is None:
+        return NothingLeft(explorer.plan.num_steps, explorer.run_dir)
     totals = explorer.totals
-    seconds = time.monotonic() - explorer.started
+    sampling = totals["sampling_s"]
     return Summary(
         steps=explorer.plan.num_steps,
         experiences=totals["experiences"],
         failed_tasks=totals["failed"],
         mean_reward=totals["rewards"] / totals["experiences"] if totals["experiences"] else float("nan"),
-        tokens_per_s=totals["tokens"] / seconds,
-        seconds=seconds,
+        tokens_per_s=totals["tokens"] / sampling if sampling else 0.0,
+        seconds=sampling,
+        wall_seconds=time.monotonic() - began,
         run_dir=explorer.run_dir,
         tracking_uri=explorer.tracking_uri,
         mlflow_run_id=explorer.monitor.run_id,
@@ -375,7 +383,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.report:
             print(f"report: {make_report(run_dir).index}")
         else:
-            print(f"report: python -m pipelines.report {run_dir} (or --report next time)")
+            print(f"report: {report_command(run_dir)} (or --report next time)")
         return 0 if ok else 1
     print(summary.render())
     if is_remote(summary.run_dir):
@@ -383,7 +391,7 @@ def run_command(args: argparse.Namespace) -> int:
     elif args.report:
         print(f"  report:      {make_report(summary.run_dir).index}")
     else:
-        print(f"  report:      python -m pipelines.report {summary.run_dir} (or --report next time)")
+        print(f"  report:      {report_command(summary.run_dir)} (or --report next time)")
     return 0
 
 

@@ -14,11 +14,13 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from schemas.bounded_yaml import parse_yaml, read_config_file
 from schemas.config_base import MAX_INT32, MAX_SECONDS, GivenPath, Strict
+from schemas.config_paths import anchor_paths
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import InputError
 from schemas.experience_ops import ExperienceOpConfig
 from schemas.interpolation import env_values, hide_env, resolve_env
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
+from schemas.secrets import mask_tree
 from schemas.trinity import is_trinity, translate
 
 logger = logging.getLogger(__name__)
@@ -401,8 +403,9 @@ class Config(Strict):
 
     def public_dump(self) -> dict[str, Any]:
         """The config as JSON values, with each value read from the environment put back as its
-        `${oc.env:NAME}` reference (it may be a secret): for config.yaml, MLflow params and --dry-run."""
-        return hide_env(self.model_dump(mode="json"), self._env)
+        `${oc.env:NAME}` reference (it may be a secret), and URL passwords and secret-named keys masked
+        (`schemas.secrets`): for config.yaml, MLflow params and --dry-run."""
+        return mask_tree(hide_env(self.model_dump(mode="json"), self._env))
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> Config:
@@ -459,8 +462,9 @@ def validate_tree(tree: dict[str, Any], source: str) -> Config:
 
 def load_config(path: Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read YAML (optional; a Trinity-RFT config is translated, see `schemas.trinity`; in rftflow's own,
-    `${oc.env:NAME,default}` is resolved, see `schemas.interpolation`), apply `--set` overrides, validate;
-    errors name the file and the key path."""
+    `${oc.env:NAME,default}` is resolved, see `schemas.interpolation`, and relative paths are the file's
+    folder's, see `schemas.config_paths`), apply `--set` overrides (paths there: the working directory's),
+    validate; errors name the file and the key path."""
     tree = read_config_file(Path(path)) if path is not None else {}
     env = env_values(tree)
     if is_trinity(tree):
@@ -469,9 +473,12 @@ def load_config(path: Path | None = None, overrides: list[str] | None = None) ->
             logger.info("Trinity-RFT config %s: %s", path, notice)
     else:
         tree = resolve_env(tree, str(path))
+        if path is not None:
+            tree = anchor_paths(tree, Path(path).resolve().parent)
     for text in overrides or []:
         key, value = parse_override(text)
         _set_path(tree, key, value)
+    tree = anchor_paths(tree, Path.cwd())  # what is still relative came from --set: saved absolute
     return validate_tree(tree, str(path) if path else "--set").remember_env(env)
 
 

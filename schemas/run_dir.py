@@ -10,6 +10,7 @@ object store (`schemas.storage`; there the experiences, the eval experiences, th
     mlartifacts/                            MLflow artifacts: `samples/step_NNNNNN.json`, `failures/...`
     config.yaml                             the resolved config
     explorer_state.json                     where the explorer stands
+    finished.json                           the run committed its last step (`schemas.run_end`)
     checkpoints/                            the default checkpoint dir
     eval/step_NNNNNN/<taskset>.parquet      eval experiences
     bench_state.json, bench_results.csv, bench_results.md, bench_plot.png    the bench's results
@@ -35,6 +36,7 @@ MLFLOW_DB = "mlflow.db"
 MLARTIFACTS = "mlartifacts"
 CONFIG = "config.yaml"
 EXPLORER_STATE = "explorer_state.json"
+FINISHED = "finished.json"  # the run committed its last step; removed when it resumes with steps left
 CARRIED_TASKS = "carried_tasks.json"  # tasks the last committed step moved on (over-rollout `recycle`)
 CHECKPOINTS = "checkpoints"
 EVAL = "eval"

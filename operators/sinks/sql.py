@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +23,7 @@ from operators.sinks.parquet import filter_stale, pending_fragments, read_fragme
 from schemas.errors import InputError
 from schemas.experience import ADDED_COLUMNS, EXPERIENCE_SCHEMA, KEY, conform, is_single_turn
 from schemas.run_dir import PENDING
+from schemas.secrets import mask_text
 from schemas.storage import Location, as_location, delete_tree, is_remote, join
 
 FIELD = "buffer.trainer_input.experience_buffer"
@@ -48,25 +48,20 @@ def sql_type(arrow: pa.DataType) -> sa.types.TypeEngine:
     raise TypeError(f"no SQL column type for {arrow}")
 
 
-def mask(url: str) -> str:
-    """The URL with its password hidden, also when it does not parse."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-
-
 def store_url(text: str) -> sa.URL:
     """`text` as a SQLAlchemy URL; a SQLite file path made absolute, an in-memory SQLite refused."""
     try:
         url = sa.make_url(text)
     except sa.exc.ArgumentError:
         raise InputError(
-            f"not a SQLAlchemy URL: {mask(text)} (e.g. sqlite:////abs/experiences.db or "
+            f"not a SQLAlchemy URL: {mask_text(text)} (e.g. sqlite:////abs/experiences.db or "
             "postgresql+psycopg://user:password@host/db)",
             field=f"{FIELD}.path",
         ) from None
     if url.get_backend_name() == "sqlite":
         if url.database in (None, "", ":memory:"):
             raise InputError(
-                f"{mask(text)}: an in-memory SQLite database loses the experiences at exit; name a file",
+                f"{mask_text(text)}: an in-memory SQLite database loses the experiences at exit; name a file",
                 field=f"{FIELD}.path",
             )
         url = url.set(database=str(Path(url.database).expanduser().resolve()))

@@ -33,9 +33,10 @@ def is_dataset_dir(path: Path) -> bool:
 
 def dataset_files(path: Path, subset: str | None, split: str | None) -> list[Path]:
     """The data files of `split` (default `train`) of `subset` in the dataset folder `path`."""
-    if not path.exists():
-        local = Path("datasets") / str(path).replace("/", "__")
-        raise InputError(DOWNLOAD_HINT.format(name=path, local=local), file=str(path))
+    if not path.exists():  # its last two parts as the hub id: a config's relative path is read as absolute
+        name = "/".join(path.parts[-2:])
+        local = Path("datasets") / name.replace("/", "__")
+        raise InputError(DOWNLOAD_HINT.format(name=name, local=local), file=str(path))
     if not path.is_dir():
         raise InputError("a Hugging Face dataset (subset_name/split given) must be a folder", file=str(path))
     split = split or "train"

@@ -34,9 +34,11 @@ SKIP_MESSAGES = 3  # reasons kept for the report; the rest are only counted
 
 def taskset_files(cfg: TasksetConfig) -> list[Path]:
     """The taskset's files: a Hugging Face dataset folder's split (`operators.tasks.hf_dataset`) when the
-    config names a subset or split, or the path is a `save_to_disk` folder; else `list_files`."""
+    config names a subset or split, the path is a `save_to_disk` folder, or a missing one that may be a hub id
+    (`openai/gsm8k`: refused with where to download it); else `list_files`."""
     path = Path(cfg.path)
-    if cfg.subset_name is not None or cfg.split is not None or is_dataset_dir(path):
+    hub_id = not path.exists() and not path.suffix
+    if cfg.subset_name is not None or cfg.split is not None or is_dataset_dir(path) or hub_id:
         return dataset_files(path, cfg.subset_name, cfg.split)
     return list_files(path)
 

@@ -8,16 +8,21 @@ notice per key.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pyarrow.fs import FileType
 
-from operators.sinks.base import open_sink
+from operators.sinks.base import Sink, open_sink
+from operators.sinks.sql import SqlSink
 from pipelines.control.checks import check_inputs, check_local_defaults, check_run_dir
+from pipelines.control.metrics import skipped_rows
 from pipelines.control.resume_check import check_resume
 from pipelines.control.state import resume_state
 from schemas.config import Config
+from schemas.run_end import finished_step
 from schemas.storage import Location, display, file_type
 
 
@@ -42,22 +47,51 @@ def walk(values: dict[str, Any], defaults: Any, depth: int, lines: list[str]) ->
 
 
 def explore_dry_run(cfg: Config, run_dir: Location | None, mlflow_uri: str | None = None) -> str:
-    """The explore command's checks (config, tasksets, model, plugins and names; the resume checks on an
-    existing run dir), as a report; InputError on the first that fails."""
-    check_inputs(cfg)
+    """The explore command's checks (config, tasksets, model, plugins and names; the run dir and the sink,
+    also when the run dir is not there yet; the resume checks on an existing run dir), as a report;
+    InputError on the first that fails."""
+    inputs = check_inputs(cfg)
     said = ["dry run: every check before an engine starts passed; nothing was started or written."]
-    if run_dir is not None:
-        check_run_dir(run_dir)
-        check_local_defaults(cfg, run_dir, mlflow_uri)
-    if run_dir is not None and file_type(run_dir) != FileType.NotFound:
-        check_resume(cfg, run_dir)
-        state = resume_state(run_dir, open_sink(cfg.buffer.trainer_input.experience_buffer, run_dir))
-        if state.latest_step:
-            said.append(
-                f"a run would resume {display(run_dir)} after its committed step {state.latest_step}."
-            )
-        else:
-            said.append(f"a run would start afresh in {display(run_dir)}.")
-    elif run_dir is not None:
-        said.append(f"a run would start afresh in {display(run_dir)} (not there yet).")
+    for name, (count, reasons) in skipped_rows(cfg, inputs.plan, inputs.eval_plans).items():
+        said.append(f"taskset '{name}': a run would skip {count} bad rows, e.g. {reasons}")
+    place = run_dir if run_dir is not None else default_run_dir(cfg.name)
+    check_run_dir(place)
+    check_local_defaults(cfg, place, mlflow_uri)
+    sink = open_sink(cfg.buffer.trainer_input.experience_buffer, place)  # refuses an in-memory SQLite
+    try:
+        check_store(sink)
+        if file_type(place) != FileType.NotFound:
+            check_resume(cfg, place)
+            state = resume_state(place, sink)
+            said.append(resume_plan(state.latest_step, inputs.plan.num_steps, place))
+        elif run_dir is not None:
+            said.append(f"a run would start afresh in {display(run_dir)} (not there yet).")
+    finally:
+        sink.close()
     return "\n".join([marked_config(cfg), "", *said])
+
+
+def default_run_dir(name: str) -> Path:
+    """Where a run without --run-dir would write (`runs/<name>-<timestamp>`)."""
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def check_store(sink: Sink) -> None:
+    """A database the run would write to answers, as the run finds out before its engines start; a SQLite file
+    not made yet is not opened (opening would make it)."""
+    if not isinstance(sink, SqlSink):
+        return
+    if sink.url.get_backend_name() == "sqlite" and not Path(sink.url.database).is_file():
+        return
+    sink.committed_steps()  # InputError, its URL masked, when the store cannot be reached
+
+
+def resume_plan(latest_step: int, num_steps: int, run_dir: Location) -> str:
+    if latest_step >= num_steps:
+        done = f"{display(run_dir)} has committed all its {num_steps} steps: no steps are left"
+        if finished_step(run_dir) is None:  # a crash after its last commit (`Explorer.prepare`)
+            return f"{done}; a run would start the engines only for the eval or sync its last step missed."
+        return f"{done}, and a run would start nothing (raise buffer.total_steps, or --steps, to go on)."
+    if latest_step:
+        return f"a run would resume {display(run_dir)} after its committed step {latest_step}."
+    return f"a run would start afresh in {display(run_dir)}."

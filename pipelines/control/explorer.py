@@ -33,7 +33,7 @@ from pipelines.benchmark.session import benchmark_for_explorer
 from pipelines.control.checks import check_bench_run_dir, check_inputs, check_local_defaults, check_run_dir
 from pipelines.control.eval_schedule import EvalSchedule
 from pipelines.control.fleet import EngineFleet, LoadError, WeightUpdate
-from pipelines.control.metrics import experience_metrics
+from pipelines.control.metrics import experience_metrics, skipped_rows
 from pipelines.control.plan import explore_dataset
 from pipelines.control.resume_check import check_resume
 from pipelines.control.runtime import init_ray
@@ -52,6 +52,7 @@ from pipelines.control.weight_sync import CheckpointSource, SyncOutcome, WeightS
 from schemas.atomic import atomic_write_text
 from schemas.config import Config, flatten
 from schemas.run_dir import RunDir, checkpoint_dir_name, trainer_status_path
+from schemas.run_end import mark_finished, reopen
 from schemas.storage import Location, as_location, base_name, is_remote, make_dirs
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,6 @@ class Explorer:
         self.drained: Future | None = None  # the training dataset's drain (`stream.drain_in_background`)
         self.forwarders: list[str] = []  # actor ids of the stream's forwarders, each ended at shutdown
         self.evals = EvalSchedule(config, self.run_dir)
-        self.started = time.monotonic()
         self.reporter: StepReporter | None = None
         self.gate: Any = None
         self.hub: Any = None
@@ -117,6 +117,8 @@ class Explorer:
         check_resume(cfg, self.run_dir)  # before anything of this run is started or written
         self.plan, self.eval_plans, self.expected = inputs.plan, inputs.eval_plans, inputs.expected
         self.state = resume_state(self.run_dir, self.sink)
+        if not reopen(self.run_dir, self.state.latest_step, self.plan.num_steps):
+            return  # a finished run given again: nothing is started, and no stream opened
         make_dirs(self.run_dir)
         init_ray(cfg.ray, self.ray_address, self.verbose)
         if self.fleet is None:
@@ -171,10 +173,11 @@ class Explorer:
 
     async def explore(self) -> str:
         """Run every remaining step, then wait for the evals; returns the explorer's name."""
-        if self.stream is None:
+        if self.plan is None:  # not prepared yet (a finished run's prepare opens no stream)
             await self.prepare()
-        while await self.explore_step():
+        while self.stream is not None and await self.explore_step():
             pass
+        mark_finished(self.run_dir, self.state.latest_step)  # a following reader stops here
         await asyncio.to_thread(self._close_feed, True)  # the trainer reads to the end of the stream
         await self.evals.finish(wait=True)
         self._close_bar()
@@ -414,12 +417,9 @@ class Explorer:
 
     def _report_skipped_rows(self) -> None:
         """Rows left out by `on_bad_row: skip`: counted in MLflow at step 0 and shown, never silently."""
-        plans = {self.config.buffer.explorer_input.taskset.name: self.plan, **self.eval_plans}
-        for name, plan in plans.items():
-            if plan.skipped_rows:
-                self.monitor.log_metrics({f"pipeline/skipped_rows/{name}": float(plan.skipped_rows)}, 0)
-                reasons = "; ".join(plan.skip_messages)
-                log.warning("taskset '%s': skipped %d bad rows, e.g. %s", name, plan.skipped_rows, reasons)
+        for name, (count, reasons) in skipped_rows(self.config, self.plan, self.eval_plans).items():
+            self.monitor.log_metrics({f"pipeline/skipped_rows/{name}": float(count)}, 0)
+            log.warning("taskset '%s': skipped %d bad rows, e.g. %s", name, count, reasons)
 
     def _write_config(self) -> None:
         text = yaml.safe_dump(self.config.public_dump(), sort_keys=False)
@@ -482,7 +482,6 @@ class Explorer:
             cfg, self.monitor, self.plan.total_tasks, self.plan.num_steps, first, self.progress,
             self.fleet.counters,
         )  # fmt: skip
-        self.started = time.monotonic()
         repeats = runs_per_task(
             cfg.buffer.explorer_input.taskset.repeat_times, cfg.explorer.max_repeat_times_per_runner
         )

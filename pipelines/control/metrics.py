@@ -11,6 +11,9 @@ import pyarrow.compute as pc
 
 from operators.rollout.eval_metrics import mean_at_k, pass_at_k
 from operators.rollout.over_rollout import DEFERRED, SKIPPED
+from operators.tasks.reader import TasksetPlan
+from pipelines.control.throughput import generated_tokens, rate, sampling_window, window_seconds
+from schemas.config import Config
 from schemas.errors import STALE
 
 SAMPLE_COLUMNS = ("uid", "model_version", "prompt_text", "response_text", "truth", "reward", "finish_reason")
@@ -82,13 +85,13 @@ def step_metrics(
 ) -> dict[str, float]:
     """Experience metrics plus throughput, failures, what the experience ops dropped, and staleness against
     the trainer's newest version."""
-    tokens = pc.sum(pc.list_value_length(experiences.column("response_ids"))).as_py() or 0
+    sampling = window_seconds(sampling_window(records))  # the step's own window (`throughput`)
     staleness = pc.subtract(pa.scalar(reference_version, pa.int64()), experiences.column("model_version"))
     return {
         **experience_metrics(experiences),
         **stats("rollout/staleness", staleness),
         "rollout/stale_dropped": float(dropped_stale),
-        "rollout/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "rollout/tokens_per_s": rate(generated_tokens(experiences), sampling),
         "rollout/failed_tasks": float(len(failed_records(records))),
         "rollout/skipped_tasks": float(pc.sum(ended_early(records, SKIPPED)).as_py() or 0),
         "rollout/recycled_tasks": float(
@@ -97,6 +100,7 @@ def step_metrics(
         "rollout/stale_cancelled": float(pc.sum(ended_early(records, STALE)).as_py() or 0),
         **filtered_metrics(records),
         "time/step": seconds,
+        "time/sampling": sampling,
         "time/rollout_tail": rollout_tail(records),
     }
 
@@ -155,3 +159,12 @@ def eval_metrics(taskset: str, experiences: pa.Table, repeat_times: int) -> dict
         metrics[f"{prefix}/mean_at_{repeat_times}"] = sum(means) / len(means)
         metrics[f"{prefix}/pass_at_{repeat_times}"] = sum(passes) / len(passes)
     return metrics
+
+
+def skipped_rows(
+    cfg: Config, plan: TasksetPlan, eval_plans: dict[str, TasksetPlan]
+) -> dict[str, tuple[int, str]]:
+    """Per taskset, the rows `on_bad_row: skip` leaves out and the first reasons, joined: what a run reports
+    (`Explorer`, as `pipeline/skipped_rows/<taskset>` at step 0), and a dry run tells beforehand."""
+    plans = {cfg.buffer.explorer_input.taskset.name: plan, **eval_plans}
+    return {name: (p.skipped_rows, "; ".join(p.skip_messages)) for name, p in plans.items() if p.skipped_rows}

@@ -13,6 +13,14 @@ from tqdm import tqdm
 
 from pipelines.control.metrics import failed_records, failure_table, sample_table, step_metrics
 from pipelines.control.steps import CommittedStep
+from pipelines.control.throughput import (
+    BusyClock,
+    Window,
+    generated_tokens,
+    rate,
+    sampling_window,
+    union_seconds,
+)
 from pipelines.control.tracking import MlflowMonitor
 from schemas.config import Config
 from schemas.run_dir import failures_artifact, samples_artifact
@@ -54,8 +62,16 @@ class StepReporter:
             dynamic_ncols=True,
             disable=not progress,
         )
-        self.started = time.monotonic()
-        self.totals = {"experiences": 0, "rewards": 0.0, "tokens": 0, "failed": 0, "skipped": 0}
+        self.clock = BusyClock(time.time(), self.last.get("busy_s", 0.0))
+        self.windows: list[Window] = []  # the committed steps' sampling windows (`throughput`)
+        self.totals = {
+            "experiences": 0,
+            "rewards": 0.0,
+            "tokens": 0,
+            "failed": 0,
+            "skipped": 0,
+            "sampling_s": 0.0,
+        }
         self.step_rewards: dict[int, float] = {}
 
     def reported(self, records: pa.Table) -> None:
@@ -67,8 +83,11 @@ class StepReporter:
             done.experiences, done.records, done.seconds, done.reference_version, done.dropped_stale
         )
         metrics["engine/restarts"] = float(engine_restarts)
+        window = sampling_window(done.records)
+        if window is not None:
+            self.windows.append(window)
         if self.counters is not None:
-            metrics.update(self.engine_metrics(done.seconds))
+            metrics.update(self.engine_metrics(window))
         if done.dropped_stale:
             log.warning(
                 "step %d: dropped %d experiences more than %s versions behind version %d",
@@ -86,7 +105,8 @@ class StepReporter:
         totals = self.totals
         totals["experiences"] += len(done.experiences)
         totals["rewards"] += pc.sum(done.experiences.column("reward")).as_py() or 0.0
-        totals["tokens"] += pc.sum(pc.list_value_length(done.experiences.column("response_ids"))).as_py() or 0
+        totals["tokens"] += generated_tokens(done.experiences)
+        totals["sampling_s"] = union_seconds(self.windows)
         totals["failed"] += int(metrics["rollout/failed_tasks"])
         totals["skipped"] += int(metrics["rollout/skipped_tasks"])
         if "rollout/reward/mean" in metrics:
@@ -95,21 +115,21 @@ class StepReporter:
             log.warning("step %d: task failed: %s", done.step, message)
         self.bar.set_postfix(
             step=f"{done.step}/{self.num_steps}",
-            tok_s=f"{totals['tokens'] / max(time.monotonic() - self.started, 1e-9):.0f}",
+            tok_s=f"{rate(totals['tokens'], totals['sampling_s']):.0f}",
             reward=f"{metrics.get('rollout/reward/mean', float('nan')):.2f}",
         )
 
-    def engine_metrics(self, seconds: float) -> dict[str, float]:
-        """Since the last commit: engine time with nothing in flight over wall time across the engines,
+    def engine_metrics(self, window: Window | None) -> dict[str, float]:
+        """The engines' idle ratio over the step's sampling window (`throughput`); since the last commit,
         tokens sampled by requests aborted as hopeless, and requests a sync cut to go on (partial rollout).
         A replaced engine counts afresh: hence the floor."""
         now = self.counters()
         delta = {key: max(0.0, now.get(key, 0.0) - self.last.get(key, 0.0)) for key in now}
         self.last = now
+        self.clock.read(time.time(), now.get("busy_s", 0.0))
         engines = self.cfg.explorer.rollout_model.engine_num
-        idle = 1.0 - delta.get("busy_s", 0.0) / (seconds * engines) if seconds > 0 else 0.0
         return {
-            "rollout/idle_ratio": min(1.0, max(0.0, idle)),
+            "rollout/idle_ratio": self.clock.idle_ratio(window, engines),
             "rollout/wasted_tokens": delta.get("wasted_tokens", 0.0),
             "rollout/preempted": delta.get("preempted", 0.0),
         }

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
+from pipelines.control.commands import mlflow_ui_command
 from schemas.run_dir import RunDir
 
 PARAMS_PER_BATCH = 100
@@ -37,7 +38,7 @@ def browse_hint(tracking_uri: str) -> str:
     """How a user looks at the run: the server's own UI, or `mlflow ui` on a local store."""
     if is_tracking_server(tracking_uri):
         return f"{tracking_uri} (the tracking server's UI)"
-    return f"mlflow ui --backend-store-uri {tracking_uri}"
+    return mlflow_ui_command(tracking_uri)
 
 
 class MlflowMonitor:

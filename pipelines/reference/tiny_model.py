@@ -178,7 +178,11 @@ def main(argv: list[str] | None = None) -> None:
         "taught the tool_math calculator, its figures measured on vLLM (default: %(default)s)",
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="output dir (default: the recipe's shipped dir)"
+        "--out",
+        type=Path,
+        default=None,
+        help="output dir (default: a new folder, models/tiny-<recipe>-<timestamp>; the shipped model is "
+        "rebuilt in place only when named, e.g. --out pipelines/assets/tiny-arith-llama)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed for init and data order (default: %(default)s)"
@@ -195,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     recipe, figures = RECIPES[args.recipe]
-    out = args.out or default_model_dir(recipe)
+    out = args.out or Path("models") / f"tiny-{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     previous = out / BUILD_INFO
     previous_info = json.loads(previous.read_text()) if previous.is_file() else {}

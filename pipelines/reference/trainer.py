@@ -251,22 +251,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--run-dir", type=Path, required=True, help="the explore run to train on")
     parser.add_argument(
-        "--model", type=Path, default=DEFAULT_MODEL, help="base model (default: bundled tiny)"
+        "--model",
+        type=Path,
+        default=DEFAULT_MODEL,
+        help="base model (default: the bundled tiny model, %(default)s)",
     )
     parser.add_argument(
         "--method",
         choices=["checkpoint", "memory", "broadcast"],
         default="checkpoint",
-        help="hand-over method",
+        help="hand-over method (default: %(default)s)",
     )
     parser.add_argument("--checkpoint-dir", type=Path, help="default: RUN_DIR/checkpoints")
-    parser.add_argument("--steps", type=int, help="stop after this many versions")
     parser.add_argument(
-        "--idle-timeout", type=float, default=600.0, help="stop when no step commits (seconds)"
+        "--steps", type=int, help="stop after this many versions (default: when the run is finished, or idle)"
     )
-    parser.add_argument("--lr", type=float, default=2e-4, help="AdamW learning rate")
     parser.add_argument(
-        "--ray-address", default="auto", help="Ray cluster of the explorer (memory, broadcast)"
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="stop when no step commits for this long, in seconds (default: %(default)s)",
+    )
+    parser.add_argument("--lr", type=float, default=2e-4, help="AdamW learning rate (default: %(default)s)")
+    parser.add_argument(
+        "--ray-address",
+        default="auto",
+        help="Ray cluster of the explorer (memory, broadcast; default: %(default)s)",
     )
     return parser.parse_args(argv)
 

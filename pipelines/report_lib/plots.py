@@ -150,7 +150,7 @@ def throughput_figure(histories: History) -> Any | None:
         return None
     figure, axes = new_figure(2, "throughput and time per step")
     axes[0].plot(*tokens, marker="o")
-    axes[0].set_title("rollout/tokens_per_s")
+    axes[0].set_title("rollout/tokens_per_s (over each step's sampling window)")
     axes[0].set_xlabel("step")
     steps = sorted({step for name in timings for step, _ in histories[name]})
     bottom = dict.fromkeys(steps, 0.0)

@@ -9,10 +9,13 @@ import pytest
 from integration_settings import BASE
 from mlflow import MlflowClient
 
+import pipelines.control.explorer as explorer_module
+from operators.sinks.reader import open_reader
 from pipelines.control.state import ExplorerState
 from pipelines.explore import explore
 from schemas.config import DEFAULT_EVAL, load_config
 from schemas.errors import InputError
+from schemas.run_end import NothingLeft, finished_step
 
 
 def history(summary, metric: str) -> list[int]:
@@ -60,6 +63,7 @@ def test_resume_continues_the_same_run_without_duplicates(engines, tmp_path):
         load_config(None, [*BASE, "buffer.total_steps=3"]), run_dir, progress=False, engines=engines
     )
     assert ExplorerState.load(run_dir).latest_step == 3
+    assert finished_step(run_dir) == 3  # a following reader stops here (tests/unit/test_experience_reader.py)
     second = explore(
         load_config(None, [*BASE, "buffer.total_steps=5"]), run_dir, progress=False, engines=engines
     )
@@ -70,6 +74,22 @@ def test_resume_continues_the_same_run_without_duplicates(engines, tmp_path):
     assert table.num_rows == 5 * 4 * 2 == len(set(table.column("uid").to_pylist()))
     state = json.loads((run_dir / "explorer_state.json").read_text())
     assert state["latest_step"] == 5 and state["task_index"] == 20
+    assert finished_step(run_dir) == 5
+    assert [step for step, _ in open_reader(run_dir).steps(follow=True, idle_timeout=600)] == [1, 2, 3, 4, 5]
+
+
+def test_a_finished_run_given_again_starts_nothing(engines, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    cfg = load_config(None, [*BASE, "buffer.total_steps=1"])
+    explore(cfg, run_dir, progress=False, engines=engines)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished run started Ray or an engine")
+
+    monkeypatch.setattr(explorer_module, "init_ray", refuse)
+    monkeypatch.setattr(explorer_module, "EngineFleet", refuse)
+    again = explore(cfg, run_dir, progress=False)
+    assert isinstance(again, NothingLeft) and "all its 1 steps" in again.render()
 
 
 def test_skipped_bad_rows_are_counted_and_the_rest_explored(engines, tmp_path, caplog):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
+from functools import partial
 
 import pytest
 import yaml
@@ -14,6 +16,7 @@ from operators.sinks.parquet import write_fragments
 from operators.sinks.reader import ExperienceReader, open_reader
 from schemas.config import Config, ExperienceBufferConfig
 from schemas.errors import InputError
+from schemas.run_end import clear_finished, finished_step, mark_finished
 
 STORAGE = ["parquet", "sql"]
 
@@ -100,8 +103,39 @@ def test_open_reader_finds_the_store_in_the_run_config(run_dir):
     reader = open_reader(run_dir)
     assert reader.sink.describe().startswith(f"sqlite:///{run_dir}/experiences.db, table run ")
     assert [(step, len(table)) for step, table in reader.steps()] == [(1, 2)]
+    mark_finished(run_dir, 1)  # the explorer's mark, found in the run dir
+    assert [step for step, _ in reader.steps(follow=True, poll_s=0.01, idle_timeout=600)] == [1]
 
 
 def test_open_reader_without_a_run_config_says_so(run_dir):
     with pytest.raises(InputError, match=r"config.yaml: no config.yaml: not an explore run dir"):
         open_reader(run_dir)
+
+
+def test_following_a_finished_run_ends_at_its_mark_not_its_idle_timeout(buffer, run_dir):
+    sink = open_sink(buffer, run_dir)
+    write_and_commit(sink, [("a", 1, 1), ("b", 2, 1)])
+    mark_finished(run_dir, 2)
+    reader = ExperienceReader(sink, partial(finished_step, run_dir))
+    started = time.monotonic()
+    assert [step for step, _ in reader.steps(follow=True, poll_s=0.01, idle_timeout=600)] == [1, 2]
+    assert not reader.wait_for(3, poll_s=0.01, timeout=600)
+    assert time.monotonic() - started < 5
+    clear_finished(run_dir)  # a resume with steps left: the reader waits for them again
+    assert finished_step(run_dir) is None
+    assert [step for step, _ in reader.steps(follow=True, poll_s=0.01, idle_timeout=0.05)] == [1, 2]
+
+
+def test_a_follower_started_before_the_end_sees_every_step_then_stops(run_dir):
+    sink = open_sink(ExperienceBufferConfig(), run_dir)
+    write_and_commit(sink, [("a", 1, 1)])
+    seen: queue.Queue = queue.Queue()
+    reader = ExperienceReader(sink, partial(finished_step, run_dir))
+    follow = reader.steps(follow=True, poll_s=0.01, idle_timeout=600)
+    thread = threading.Thread(target=lambda: [seen.put(s) for s, _ in follow])
+    thread.start()
+    assert seen.get(timeout=10) == 1
+    write_and_commit(sink, [("b", 2, 1)])
+    mark_finished(run_dir, 2)
+    thread.join(timeout=10)
+    assert not thread.is_alive() and seen.get(timeout=1) == 2 and seen.empty()

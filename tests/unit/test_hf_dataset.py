@@ -11,7 +11,7 @@ import pytest
 
 from operators.tasks.hf_dataset import dataset_files
 from operators.tasks.reader import iter_task_tables, plan_taskset
-from schemas.config import TasksetConfig
+from schemas.config import TasksetConfig, load_config
 from schemas.errors import InputError
 
 README = """---
@@ -94,3 +94,10 @@ def test_a_hub_id_is_refused_with_where_to_download_it(tmp_path, monkeypatch):
         "downloads nothing" in message
         and "huggingface-cli download --repo-type dataset openai/gsm8k" in message
     )
+
+
+def test_a_bare_hub_id_as_the_taskset_path_gets_the_hint_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["buffer.explorer_input.taskset.path=openai/gsm8k"])  # made absolute
+    with pytest.raises(InputError, match="huggingface-cli download --repo-type dataset openai/gsm8k "):
+        plan_taskset(cfg.buffer.explorer_input.taskset, 2, 1, None)

@@ -27,12 +27,13 @@ def experiences():
 
 @pytest.fixture
 def records():
-    """Task records of the step: two ok tasks and one failed."""
+    """Task records of the step: two ok tasks and one failed, each run for 0.25 s, ending at 1, 2 and 3 s: a
+    sampling window of 0.75 to 3 s."""
     table = make_results([("a", 1, 2), ("b", 1, 1), ("c", 1, 0)])
     table = table.set_column(
         table.schema.get_field_index("finished_at"), "finished_at", pa.array([1.0, 2.0, 3.0])
     )
-    return table.select(["task_uid", "step", "ok", "message", "finished_at"])
+    return table.select(["task_uid", "step", "ok", "message", "task_run_time", "finished_at"])
 
 
 def test_step_metrics_values(experiences, records):
@@ -45,10 +46,11 @@ def test_step_metrics_values(experiences, records):
             "rollout/response_length/mean": 4.0,
             "rollout/response_length/max": 6,
             "rollout/response_length/min": 2,
-            "rollout/tokens_per_s": 3.0,
+            "rollout/tokens_per_s": 12 / 2.25,  # over the step's own sampling window, not time/step
             "rollout/failed_tasks": 1.0,
             "pipeline/experience_count": 3.0,
             "time/step": 4.0,
+            "time/sampling": 2.25,
             "rollout/model_version": 2.0,
             "rollout/turns/mean": 1.0,
             "rollout/turns/max": 1,
@@ -92,8 +94,11 @@ def test_rollout_tail_is_the_time_the_last_tenth_of_sub_runs_took():
     assert rollout_tail(ends.slice(0, 1)) == 0.0
 
 
-def test_zero_seconds_gives_zero_throughput(experiences, records):
-    assert step_metrics(experiences, records, seconds=0.0)["rollout/tokens_per_s"] == 0.0
+def test_an_empty_sampling_window_gives_zero_throughput(experiences, records):
+    index = records.schema.get_field_index
+    instant = records.set_column(index("task_run_time"), "task_run_time", [[0.0] * 3])
+    instant = instant.set_column(index("finished_at"), "finished_at", [[5.0] * 3])
+    assert step_metrics(experiences, instant, seconds=1.0)["rollout/tokens_per_s"] == 0.0
 
 
 def test_metrics_of_a_step_where_every_task_failed(records):
@@ -108,6 +113,7 @@ def test_metrics_of_a_step_where_every_task_failed(records):
         "rollout/stale_cancelled": 0.0,
         "pipeline/experience_count": 0.0,
         "time/step": 2.0,
+        "time/sampling": 0.25,
         "time/rollout_tail": 0.0,
     }
 

@@ -124,7 +124,8 @@ def test_the_keys_the_gsm8k_config_leaves_out_map_too(trinity_env, caplog):
 def test_an_unset_variable_with_a_default_takes_it_and_one_without_is_named(trinity_env, monkeypatch):
     monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR")
     cfg = load_config(GSM8K)
-    assert cfg.synchronizer.checkpoint_dir == Path("checkpoints/Trinity-RFT-gsm8k/grpo-gsm8k")
+    # a Trinity-RFT config's relative path is the working directory's, as in Trinity (schemas.config_paths)
+    assert cfg.synchronizer.checkpoint_dir == Path.cwd() / "checkpoints/Trinity-RFT-gsm8k/grpo-gsm8k"
     monkeypatch.delenv("TRINITY_MODEL_PATH")
     with pytest.raises(InputError) as info:
         load_config(GSM8K)
