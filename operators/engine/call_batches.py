@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 OK, FAILED, CANCELLED = "ok", "failed", "cancelled"
 # How many cancelled keys are remembered before their batch arrives (Ray may start calls out of order).
 EARLY_CANCELS = 4096
+RECENT_BATCHES = 64  # how many of the latest batch sizes `batch_counts` reports
 
 Call = tuple[str, str, tuple]  # (key, method, args)
 Answer = tuple[str, str, Any]  # (key, OK | FAILED | CANCELLED, result or exception)
@@ -36,6 +37,7 @@ class ServedCalls:
     cancelled_early: OrderedDict[str, None] = field(default_factory=OrderedDict)
     batches: int = 0
     calls: int = 0
+    sizes: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))  # the latest batches
 
 
 class ServesCallBatches:
@@ -47,16 +49,18 @@ class ServesCallBatches:
         """Made on first use, so an engine class needs no extra `__init__` step."""
         return self.__dict__.setdefault("served", ServedCalls())
 
-    def batch_counts(self) -> dict[str, int]:
-        """Batches served and the requests they carried, so far: how well a forwarder's calls coalesce."""
+    def batch_counts(self) -> dict[str, Any]:
+        """Batches served and the requests they carried, so far, and the sizes of the latest batches: how
+        well a forwarder's calls coalesce."""
         served = self.served_calls()
-        return {"batches": served.batches, "calls": served.calls}
+        return {"batches": served.batches, "calls": served.calls, "sizes": list(served.sizes)}
 
     async def serve(self, calls: list[Call]) -> AsyncIterator[list[Answer]]:
         """Run `calls` concurrently; yield, as they finish, the answers finished by then. Called with
         `num_returns="streaming"`. Should the stream close early, the requests still running are cancelled."""
         served = self.served_calls()
         served.batches, served.calls = served.batches + 1, served.calls + len(calls)
+        served.sizes.append(len(calls))
         keys: dict[asyncio.Future, str] = {}
         for key, method, args in calls:
             if method not in self.batched_methods:

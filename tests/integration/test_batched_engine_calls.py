@@ -28,8 +28,12 @@ def test_concurrent_requests_share_one_call_and_answer_as_alone(engines):
 
     batched = asyncio.run(together())
     after = counts(engines)
-    assert after["batches"] - before["batches"] == 1
-    assert after["calls"] - before["calls"] == len(prompts)
+    # The 12 requests were made in one turn of the loop, so they travelled in one call. Other clients of the
+    # shared engine may have sent batches meanwhile, so their count is not asserted, only that one batch of
+    # exactly these 12 requests is among the new ones.
+    new = after["batches"] - before["batches"]
+    assert 1 <= new <= len(after["sizes"]) and len(prompts) in after["sizes"][-new:]
+    assert after["calls"] - before["calls"] >= len(prompts)
     alone = [ray.get(engines.handles[0].generate.remote(p, SEEDED), timeout=120) for p in prompts[:3]]
     for one, generation in zip(alone, batched, strict=False):
         assert [s["response_ids"] for s in one["samples"]] == [s.response_ids for s in generation.samples]
