@@ -58,7 +58,7 @@ def test_a_failed_request_carries_its_exception_and_the_others_still_answer():
     assert kind == FAILED and isinstance(exc, TaskInputError) and "refused" in str(exc)
     kind, exc = answers["nope"]  # only the request methods are served in batches
     assert kind == FAILED and "serves no batched 'shutdown'" in str(exc)
-    assert engine.batch_counts() == {"batches": 1, "calls": 3}
+    assert engine.batch_counts() == {"batches": 1, "calls": 3, "sizes": [3]}
 
 
 def test_one_request_is_cancelled_alone():
