@@ -63,8 +63,8 @@ def test_anything_else_is_refused_with_a_clear_message(text: str, message: str) 
 
 
 def test_refusals_of_huge_work_are_immediate() -> None:
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: what refusing costs, not how busy the machine's other core is
     for text in ("9 ** 9 ** 9", "(10 ** 29) ** 64", "-" * 150 + "9 ** 64", "9" * 200):
         with pytest.raises(CalculatorError):
             calculate(text)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0

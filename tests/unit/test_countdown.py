@@ -82,9 +82,9 @@ def test_a_parsable_but_wrong_equation_keeps_the_format_part(equation, why):
     ],
 )
 def test_malformed_or_malicious_equations_score_zero_quickly(equation):
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: what scoring costs, not how busy the machine's other core is
     assert score(equation) == {"reward": 0.0, "accuracy": 0.0, "format": 0.0}
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_only_the_last_answer_tag_counts_and_a_tag_is_required():

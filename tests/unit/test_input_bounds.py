@@ -434,9 +434,9 @@ def test_a_billion_laughs_in_workflow_args_is_refused_quickly(tmp_path):
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]  # 10^9 values
     body = "".join(f"        {line}\n" for line in lines)
     path = write(tmp_path, f"buffer:\n  explorer_input:\n    taskset:\n      workflow_args:\n{body}")
-    start = time.monotonic()
+    start = time.process_time()  # CPU time: what refusing costs, not how busy the machine's other core is
     err = refused(path)
-    assert time.monotonic() - start < 2 and err.file == str(path) and "alias" in str(err)
+    assert time.process_time() - start < 2 and err.file == str(path) and "alias" in str(err)
 
 
 def test_a_self_referring_alias_is_refused(tmp_path):
