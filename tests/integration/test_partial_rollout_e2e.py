@@ -41,10 +41,12 @@ def test_a_sync_cuts_the_next_steps_generations_which_commit_with_both_versions(
     assert len({(r["task_uid"], r["run_id"]) for r in rows}) == len(rows)
     assert total("rollout/preempted") > 0
     continued = [r for r in rows if len(set(r["token_versions"])) > 1]
-    # step 4 starts at the sync after step 2 and runs long; short step 3 is done by then, so the sync after
-    # it cuts step 4 (step 2 may end before the first sync: the trainer's start delays that one)
-    step_4 = [r for r in rows if r["step"] == 4]
-    assert step_4 and all(r in continued for r in step_4)
+    # Which generations a sync finds in flight depends on how fast the engine samples against how fast the
+    # trainer trains: step 4 (long, started at the sync after step 2) is usually cut by the sync after short
+    # step 3, but on a loaded machine it may finish first, or a short step may be cut instead. What partial
+    # rollout promises is that a generation in flight at a sync is cut and goes on: some were, and each
+    # continuation below is whole and versioned token by token.
+    assert continued
     for row in continued:
         versions = row["token_versions"]
         assert versions == sorted(versions)  # the old version's tokens first, then the new one's
