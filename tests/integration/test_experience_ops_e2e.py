@@ -60,5 +60,7 @@ def test_ops_write_whole_groups_with_advantages_count_drops_and_feed_the_trainer
     trained = sorted(step for step, n in train["train/samples"].items() if n > 0)
     assert trained and sorted(train["train/entropy"]) == sorted(train["train/kl_to_start"]) == trained
     assert all(value > 0.0 for value in train["train/entropy"].values())
-    assert all(value >= 0.0 for value in train["train/kl_to_start"].values())
+    kl = train["train/kl_to_start"]  # measured at the weights before each update
+    assert kl[trained[0]] == pytest.approx(0.0, abs=1e-6)  # the starting weights
+    assert all(kl[step] > 0.0 for step in trained[1:])  # one update or more away from them
     assert summary.model_version == STEPS

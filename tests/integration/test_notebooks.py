@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -175,7 +176,7 @@ def test_the_reports_of_moved_runs_are_written_logged_into_the_copies_and_render
         assert capsys.readouterr().out.strip() == f"report: {index.resolve()}"
         assert {p.name for p in index.parent.glob("*.png")} == figures[kind]
         run = open_run(run_dir)
-        assert run.run_id is not None
+        assert re.fullmatch(r"[0-9a-f]{32}", run.run_id)  # an MLflow run id; the logged files are under it:
         logged = run_dir / MLARTIFACTS / run.run_id / "artifacts" / REPORT_DIR
         assert {p.name for p in logged.iterdir()} == {INDEX, *figures[kind]}
 

@@ -72,6 +72,7 @@ def config(address: str, checkpoints: Path) -> Config:
             "explorer.rollout_model.engine_num=2",
             f"explorer.rollout_model.engine_cpus={ENGINE_CPUS}",
             "explorer.rollout_model.placement=spread",
+            "explorer.rollout_model.dtype=float32",  # as integration_settings.BASE: bfloat16 is emulated here
             "explorer.health_check_interval=1",
             "explorer.engine_restart_timeout=240",
             "synchronizer.sync_method=checkpoint",
@@ -94,8 +95,8 @@ def write_version(checkpoints: Path) -> torch.Tensor:
 def engines(fleet: EngineFleet, version: torch.Tensor) -> dict[str, list]:
     """Where each engine's placement group was placed, where its actor says it runs, the version it says it
     holds, and whether it holds version 5's weights (read back from the engine)."""
-    ready = ray.get([h.ready.remote() for h in fleet.handles], timeout=60)
-    held = ray.get([h.get_weight.remote(NORM) for h in fleet.handles], timeout=60)
+    ready = ray.get([h.ready.remote() for h in fleet.handles], timeout=180)  # room on a loaded machine
+    held = ray.get([h.get_weight.remote(NORM) for h in fleet.handles], timeout=180)
     return {
         "placed": list(fleet.nodes),
         "running": [r["node_id"] for r in ready],

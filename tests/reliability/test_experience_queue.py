@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -113,7 +114,13 @@ def test_a_failed_run_removes_its_queue_and_the_reader_is_told(run_name):
     feed = QueueFeed(run_name, capacity=2, timeout=60, store=STORE)
     consumer = Consumer(run_name)
     feed.publish(1, table(1))
-    assert feed.close(drain=False) in (0, 1)  # at once, whether or not the reader took step 1 yet
+    deadline = time.monotonic() + 60
+    while consumer.steps != [1] and time.monotonic() < deadline:  # the reader took step 1 ...
+        time.sleep(0.01)
+    assert consumer.steps == [1]
+    assert (
+        feed.close(drain=False) == 0
+    )  # ... so no step is left untaken, and the close does not wait for more
     consumer.join()
     assert "went away before the end of its stream" in str(consumer.error)
     assert not queue_exists(run_name)
