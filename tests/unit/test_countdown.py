@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import time
 from pathlib import Path
@@ -104,7 +105,7 @@ def test_a_malformed_truth_is_a_taskset_error():
 
 
 def test_parse_equation_accepts_only_arithmetic():
-    assert parse_equation(" (1 + 2) * 3 ") is not None
+    assert ast.unparse(parse_equation(" (1 + 2) * 3 ")) == "(1 + 2) * 3"
     assert parse_equation("a + 1") is None
     assert parse_equation("1 +") is None
 

@@ -76,7 +76,8 @@ def test_a_cluster_that_can_never_hold_the_engines_is_refused_with_what_it_has()
     assert "8 CPUs and 1 GPUs, 8 CPUs and 1 GPUs (in all 16 CPU, 2 GPU)" in reason
     assert refusal(engine_shape(1, False, 2.0), 3, [Node("a", {"CPU": 3.0}), Node("b", {"CPU": 3.0})])
     assert refusal(engine_shape(1, False, 1.5), 4, [Node("a", {"CPU": 3.0}), Node("b", {"CPU": 3.0})]) is None
-    assert refusal(engine_shape(1, False, 1.0), 1, []) is not None
+    no_cluster = refusal(engine_shape(1, False, 1.0), 1, [])
+    assert no_cluster.endswith("the Ray cluster has no node (in all nothing)")
 
 
 def test_describe_leaves_out_byte_counts_node_markers_and_group_resources():
