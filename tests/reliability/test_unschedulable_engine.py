@@ -55,7 +55,7 @@ def test_an_engine_whose_resources_stay_taken_is_refused_at_its_deadline_with_wh
             "(1 bundles, 2 CPU on one node) within 2 s; the Ray cluster has 4 CPU, of which 1 CPU free"
             in str(err.value)
         )
-        assert fleet.handles == [] and fleet.groups == [None]
+        assert fleet.handles == [] and fleet.launcher.groups == [None]
         assert live_groups() - others == {blocker.id.hex()}  # the blocker only: the refused group was removed
     finally:
         remove_placement_group(blocker)
