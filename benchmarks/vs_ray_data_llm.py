@@ -143,7 +143,7 @@ def ray_data_llm(cfg, rows: list[dict[str, Any]], batch_size: int) -> RaySide:
     import ray
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
-    from operators.engine.actor import engine_args, engine_env, use_gpu
+    from operators.engine.vllm_args import engine_args, engine_env, use_gpu
 
     rollout = cfg.explorer.rollout_model
     gpu = use_gpu(rollout)
