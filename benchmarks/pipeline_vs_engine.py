@@ -101,7 +101,7 @@ async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
 
     engine = VLLMEngine(str(cfg.model.model_path), cfg.explorer.rollout_model.model_dump(mode="json"))
     try:
-        prompts = [engine.render_chat(task_messages(t)) for t in tasks]
+        prompts = [engine.prompts.render_chat(task_messages(t)) for t in tasks]
         params = [
             sampling_params(
                 t.rollout_args, t.repeat_times, derive_seed(t.rollout_args.get("seed"), t.task_uid, 0)
