@@ -27,22 +27,18 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+from common import bench_config, parser
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    options = parser(
+        __doc__,
+        tasks=(16, "eval tasks, from the bundled eval set"),
+        repeat=(2, "samples per task"),
+        out=None,
     )
-    parser.add_argument("--checkpoints", type=int, default=3, help="checkpoints to benchmark (default 3)")
-    parser.add_argument("--tasks", type=int, default=16, help="eval tasks, from the bundled eval set")
-    parser.add_argument("--repeat", type=int, default=2, help="samples per task")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override"
-    )
-    parser.add_argument("--out", type=Path, default=None, help="also write the results here as JSON")
-    return parser.parse_args()
+    options.add_argument("--checkpoints", type=int, default=3, help="checkpoints to benchmark (default 3)")
+    return options.parse_args()
 
 
 def make_checkpoints(model: Path, root: Path, count: int) -> list[Path]:
@@ -66,14 +62,9 @@ def main() -> None:
     from pipelines.benchmark.selection import Selection
     from pipelines.benchmark.session import benchmark
     from pipelines.control.runtime import init_ray
-    from schemas.config import DEFAULT_EVAL, load_config
+    from schemas.config import DEFAULT_EVAL
 
-    overrides = [
-        "buffer.batch_size=8",
-        f"buffer.explorer_input.taskset.repeat_times={args.repeat}",
-        *args.overrides,
-    ]
-    cfg = load_config(None, overrides)
+    cfg = bench_config(args, "buffer.batch_size=8")
     work = Path(tempfile.mkdtemp(prefix="bench-reload-"))
     try:
         taskset = work / "eval.jsonl"

@@ -34,11 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-
-import stand_in_engine  # noqa: E402 - a sibling module: the stand-in engine actor
-from process_cpu import DRIVER, GATE, TreeCpu  # noqa: E402 - a sibling module: CPU seconds by role
+import stand_in_engine  # a sibling module: the stand-in engine actor
+from common import bench_config, parser, start_fleet
+from process_cpu import DRIVER, GATE, TreeCpu  # a sibling module: CPU seconds by role
 
 TARGET_ENGINES = 64
 PUBLISHED_TOKENS_PER_S = 3281.19  # Lambda's vLLM benchmark: Mistral-7B-Instruct-v0.3, 1x H100-80GB-SXM
@@ -49,43 +47,32 @@ PUBLISHED_SOURCE = (
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    options = parser(
+        __doc__,
+        steps=(31, "steps (31 x 64: the bundled taskset's 2000 tasks, whole steps)"),
+        batch_size=64,
+        repeat=8,
     )
-    parser.add_argument("--engines", type=int, default=8, help="stand-in engines (and so forwarders)")
-    parser.add_argument(
-        "--steps", type=int, default=31, help="steps (31 x 64: the bundled taskset's 2000 tasks, whole steps)"
-    )
-    parser.add_argument("--batch-size", type=int, default=64, help="tasks per step")
-    parser.add_argument("--repeat", type=int, default=8, help="samples per task (repeat_times, vLLM n)")
-    parser.add_argument("--response-tokens", type=int, default=512, help="tokens in each stand-in sample")
-    parser.add_argument("--prompt-tokens", type=int, default=256, help="prompt ids each answer reports")
-    parser.add_argument("--delay", type=float, default=1.0, help="seconds a stand-in takes per request")
-    parser.add_argument(
+    options.add_argument("--engines", type=int, default=8, help="stand-in engines (and so forwarders)")
+    options.add_argument("--response-tokens", type=int, default=512, help="tokens in each stand-in sample")
+    options.add_argument("--prompt-tokens", type=int, default=256, help="prompt ids each answer reports")
+    options.add_argument("--delay", type=float, default=1.0, help="seconds a stand-in takes per request")
+    options.add_argument(
         "--engine-tokens-per-s",
         type=float,
         default=PUBLISHED_TOKENS_PER_S,
         help="generated tokens/s of one real engine (default: the published figure in the module doc)",
     )
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides")
-    return parser.parse_args()
+    return options.parse_args()
 
 
-def bench_config(args: argparse.Namespace):
-    from schemas.config import load_config
-
-    return load_config(
-        None,
-        [
-            f"buffer.batch_size={args.batch_size}",
-            f"buffer.total_steps={args.steps}",
-            f"buffer.explorer_input.taskset.repeat_times={args.repeat}",
-            f"explorer.rollout_model.engine_num={args.engines}",
-            "explorer.rollout_model.engine_cpus=0.01",  # the stand-ins reserve no CPU (see `stand_in_fleet`)
-            "explorer.rollout_model.device=cpu",
-            f"ray.num_cpus={max(8, args.engines)}",  # logical: room for the forwarders (0.25 each) and reads
-            *args.overrides,
-        ],
+def driver_feed_config(args: argparse.Namespace):
+    return bench_config(
+        args,
+        f"explorer.rollout_model.engine_num={args.engines}",
+        "explorer.rollout_model.engine_cpus=0.01",  # the stand-ins reserve no CPU (see `stand_in_fleet`)
+        "explorer.rollout_model.device=cpu",
+        f"ray.num_cpus={max(8, args.engines)}",  # logical: room for the forwarders (0.25 each) and reads
     )
 
 
@@ -94,7 +81,6 @@ def stand_in_fleet(cfg, shape: stand_in_engine.StandInShape):
     import ray
 
     from operators.actors.names import NAMESPACE
-    from pipelines.control.fleet import EngineFleet
 
     ray.cloudpickle.register_pickle_by_value(stand_in_engine)  # Ray workers cannot import benchmarks/
     actor = ray.remote(stand_in_engine.StandInEngine)
@@ -104,18 +90,16 @@ def stand_in_fleet(cfg, shape: stand_in_engine.StandInShape):
             shape
         )
 
-    return EngineFleet(cfg, "driver-feed", launch=launch).start()
+    return start_fleet(cfg, "driver-feed", launch)
 
 
 def measure(cfg, args: argparse.Namespace, run_dir: Path) -> dict:
     import ray
 
     from operators.actors.names import NAMESPACE
-    from pipelines.control.runtime import init_ray
     from pipelines.explore import explore
 
     shape = stand_in_engine.StandInShape(args.delay, args.prompt_tokens, args.response_tokens)
-    init_ray(cfg.ray)
     fleet = stand_in_fleet(cfg, shape)
     try:
         started, cpu = time.perf_counter(), TreeCpu().start()
@@ -167,7 +151,7 @@ def engines_per_core(ms_per_task: float | None, engine_tasks_per_s: float) -> fl
 
 def main() -> None:
     args = parse_args()
-    cfg = bench_config(args)
+    cfg = driver_feed_config(args)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         result = measure(cfg, args, Path(tmp) / "driver-feed")

@@ -25,10 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-
-from pipeline_vs_engine import first_tasks  # noqa: E402 - a sibling script: the same first N tasks
+from common import bench_config, first_tasks, in_process_engine, parser, start_fleet
 
 PLUGINS = Path(__file__).resolve().with_name("multi_turn_plugins")
 TURNS = 3
@@ -36,48 +33,38 @@ OBSERVATION = "Noted. Go on."  # as the stand-in environment's
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    options = parser(
+        __doc__,
+        model=None,
+        tasks=(64, "tasks per side"),
+        repeat=(2, "trajectories per task"),
+        max_tokens=(16, "max sampled tokens per turn"),
+        batch_size=(16, "tasks per step in the pipeline"),
     )
-    parser.add_argument("--model", help="model directory (default: the embedded tiny model)")
-    parser.add_argument("--tasks", type=int, default=64, help="tasks per side")
-    parser.add_argument("--repeat", type=int, default=2, help="trajectories per task")
-    parser.add_argument("--max-tokens", type=int, default=16, help="max sampled tokens per turn")
-    parser.add_argument("--batch-size", type=int, default=16, help="tasks per step in the pipeline")
-    parser.add_argument(
+    options.add_argument(
         "--in-flight",
         type=int,
         help="trajectories the direct loop runs at once (default: a step's, batch size x repeat, as the "
         "pipeline runs them)",
     )
-    return parser.parse_args()
+    return options.parse_args()
 
 
-def bench_config(args: argparse.Namespace, workflow: str):
-    from schemas.config import load_config
-
-    overrides = [
-        f"buffer.batch_size={args.batch_size}",
-        f"buffer.total_steps={-(-args.tasks // args.batch_size)}",
-        f"buffer.explorer_input.taskset.repeat_times={args.repeat}",
-        f"buffer.explorer_input.taskset.rollout_args.max_tokens={args.max_tokens}",
+def workflow_config(args: argparse.Namespace, workflow: str):
+    return bench_config(
+        args,
         f"buffer.explorer_input.taskset.default_workflow_type={workflow}",
         "explorer.rollout_model.enable_openai_api=true",
         "monitor.sample_rollouts=0",
-    ]
-    if args.model:
-        overrides.append(f"model.model_path={args.model}")
-    cfg = load_config(None, overrides)
-    cfg.plugin_dirs = [PLUGINS]
-    return cfg
+        plugin_dir=PLUGINS,
+    )
 
 
 async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
     """Every trajectory side by side on an in-process engine: the loop EnvWorkflow runs, with no pipeline."""
-    from operators.engine.actor import VLLMEngine
     from operators.engine.client import derive_seed, sampling_params
 
-    engine = VLLMEngine(str(cfg.model.model_path), cfg.explorer.rollout_model.model_dump(mode="json"))
+    engine = in_process_engine(cfg)
     gate = asyncio.Semaphore(in_flight)
 
     async def trajectory(task, run_id: int) -> int:
@@ -120,13 +107,9 @@ def pipeline(cfgs: dict, tmp: Path) -> dict[str, dict[str, float]]:
     from mlflow import MlflowClient
 
     from operators.sinks.parquet import ParquetSink
-    from pipelines.control.fleet import EngineFleet
-    from pipelines.control.runtime import init_ray
     from pipelines.explore import explore
 
-    first = next(iter(cfgs.values()))
-    init_ray(first.ray)
-    engines = EngineFleet(first, "bench-multi-turn").start()
+    engines = start_fleet(next(iter(cfgs.values())), "bench-multi-turn")
     results = {}
     try:
         ray.get([e.chat.remote([{"role": "user", "content": "1 + 1?"}], {"n": 2}) for e in engines.handles])
@@ -158,8 +141,8 @@ def pipeline(cfgs: dict, tmp: Path) -> dict[str, dict[str, float]]:
 def main() -> None:
     args = parse_args()
     cfgs = {
-        "pipeline": bench_config(args, "bench_fixed_env"),
-        "openai": bench_config(args, "bench_fixed_agent"),
+        "pipeline": workflow_config(args, "bench_fixed_env"),
+        "openai": workflow_config(args, "bench_fixed_agent"),
     }
     tasks = first_tasks(cfgs["pipeline"], args.tasks)
     in_flight = args.in_flight or args.batch_size * args.repeat

@@ -34,74 +34,45 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+from common import bench_config, first_tasks, in_process_engine, parser, start_fleet
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    options = parser(
+        __doc__,
+        tasks=(256, "tasks (prompts) per side"),
+        repeat=(4, "samples per prompt (repeat_times / n)"),
+        max_tokens=(16, "max generated tokens per sample"),
+        batch_size=(32, "tasks per step in the pipeline"),
     )
-    parser.add_argument("--tasks", type=int, default=256, help="tasks (prompts) per side")
-    parser.add_argument("--repeat", type=int, default=4, help="samples per prompt (repeat_times / n)")
-    parser.add_argument("--max-tokens", type=int, default=16, help="max generated tokens per sample")
-    parser.add_argument("--batch-size", type=int, default=32, help="tasks per step in the pipeline")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides")
-    parser.add_argument(
+    options.add_argument(
         "--rounds",
         type=int,
         default=1,
         help="rounds of (direct, pipeline), each on fresh engines; the headline: medians of the rounds",
     )
-    parser.add_argument(
+    options.add_argument(
         "--shared-engines",
         action="store_true",
         help="start and warm the engines before the call and time the pipeline from the call (its pool's "
         "start included) rather than from engines-ready inside a call that starts its own",
     )
-    return parser.parse_args()
+    return options.parse_args()
 
 
-def bench_config(args: argparse.Namespace):
-    from schemas.config import load_config
-
-    steps = -(-args.tasks // args.batch_size)
-    return load_config(
-        None,
-        [
-            f"buffer.batch_size={args.batch_size}",
-            f"buffer.total_steps={steps}",
-            f"buffer.explorer_input.taskset.repeat_times={args.repeat}",
-            f"buffer.explorer_input.taskset.rollout_args.max_tokens={args.max_tokens}",
-            "monitor.sample_rollouts=0",
-            *args.overrides,
-        ],
-    )
-
-
-def first_tasks(cfg, count: int):
-    from operators.tasks.reader import iter_task_tables, plan_taskset
-    from schemas.task import tasks_from_table
-
-    buffer = cfg.buffer
-    plan = plan_taskset(
-        buffer.explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps
-    )
-    tasks = []
-    for table in iter_task_tables(buffer.explorer_input.taskset, plan, 0, 0):
-        tasks.extend(tasks_from_table(table))
-    return tasks[:count]
+def throughput_config(args: argparse.Namespace):
+    """The run both sides serve: `--tasks` in whole steps, no sample rollouts logged."""
+    return bench_config(args, "monitor.sample_rollouts=0")
 
 
 async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
     """Requests straight into an in-process AsyncLLM, with as many in flight as the pipeline allows."""
-    from operators.engine.actor import VLLMEngine
     from operators.engine.client import derive_seed, sampling_params
     from operators.workflows.single_turn import task_messages
 
-    engine = VLLMEngine(str(cfg.model.model_path), cfg.explorer.rollout_model.model_dump(mode="json"))
+    engine = in_process_engine(cfg)
     try:
-        prompts = [engine.render_chat(task_messages(t)) for t in tasks]
+        prompts = [engine.prompts.render_chat(task_messages(t)) for t in tasks]
         params = [
             sampling_params(
                 t.rollout_args, t.repeat_times, derive_seed(t.rollout_args.get("seed"), t.task_uid, 0)
@@ -181,11 +152,10 @@ async def run_explorer(explorer) -> tuple[float, float]:
 def pipeline(cfg, run_dir: Path, shared: bool) -> PipelineTimes:
     """The full explore run, on engines it starts itself, or on engines started and warmed before it."""
     from pipelines.control.explorer import Explorer
-    from pipelines.control.fleet import EngineFleet
     from pipelines.control.runtime import init_ray
 
     init_ray(cfg.ray)
-    engines = EngineFleet(cfg, "bench").start() if shared else None  # ready, so warm (`VLLMEngine.warm_up`)
+    engines = start_fleet(cfg, "bench") if shared else None  # ready, so warm (`VLLMEngine.warm_up`)
     try:
         explorer = Explorer(cfg, run_dir, progress=False, engines=engines)
         called = time.time()
@@ -239,7 +209,7 @@ def one_round(args: argparse.Namespace, cfg, tasks) -> dict[str, Any]:
 
 def main() -> None:
     args = parse_args()
-    cfg = bench_config(args)
+    cfg = throughput_config(args)
     tasks = first_tasks(cfg, args.tasks)
     rounds = [one_round(args, cfg, tasks) for _ in range(max(1, args.rounds))]
     each = {key: [r[key] for r in rounds] for key in ("ratio_warm", "ratio_end_to_end", "first_commit_s")}

@@ -37,8 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+from common import bench_config, parser, start_fleet
 
 PLUGINS = Path(__file__).resolve().with_name("stragglers_plugins")
 SYNC = [
@@ -77,22 +76,17 @@ MODES = {
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    options = parser(
+        __doc__,
+        model=None,
+        steps=(6, "steps per mode"),
+        batch_size=16,
+        repeat=(4, "samples per task"),
+        max_tokens=(180, "longest response (the draw is clipped; prompt + this must fit 256)"),
     )
-    parser.add_argument("--model", help="model directory (default: the embedded tiny model)")
-    parser.add_argument("--steps", type=int, default=6, help="steps per mode")
-    parser.add_argument("--batch-size", type=int, default=16, help="tasks per step")
-    parser.add_argument("--repeat", type=int, default=4, help="samples per task")
-    parser.add_argument("--median-tokens", type=int, default=20, help="median response length")
-    parser.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of the response length")
-    parser.add_argument(
-        "--max-tokens",
-        type=int,
-        default=180,
-        help="longest response (the draw is clipped; prompt + this must fit 256)",
-    )
-    return parser.parse_args()
+    options.add_argument("--median-tokens", type=int, default=20, help="median response length")
+    options.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of the response length")
+    return options.parse_args()
 
 
 def write_taskset(path: Path, count: int, median: int, sigma: float, longest: int) -> list[int]:
@@ -105,25 +99,16 @@ def write_taskset(path: Path, count: int, median: int, sigma: float, longest: in
 
 
 def mode_config(args: argparse.Namespace, taskset: Path, extra: list[str]):
-    from schemas.config import load_config
-
-    overrides = [
-        f"buffer.batch_size={args.batch_size}",
-        f"buffer.total_steps={args.steps}",
+    return bench_config(
+        args,
         f"buffer.explorer_input.taskset.path={taskset}",
-        f"buffer.explorer_input.taskset.repeat_times={args.repeat}",
         "buffer.explorer_input.taskset.default_workflow_type=bench_long_tail",
-        f"buffer.explorer_input.taskset.rollout_args.max_tokens={args.max_tokens}",
         f"explorer.rollout_model.max_model_len={args.max_tokens + 64}",
         "monitor.sample_rollouts=0",
         *SYNC,
         *extra,
-    ]
-    if args.model:
-        overrides.append(f"model.model_path={args.model}")
-    cfg = load_config(None, overrides)
-    cfg.plugin_dirs = [PLUGINS]
-    return cfg
+        plugin_dir=PLUGINS,
+    )
 
 
 class TrainerStandIn(threading.Thread):
@@ -204,17 +189,13 @@ def run_mode(cfg, run_dir: Path, engines, train_s: float) -> dict[str, float]:
 
 def main() -> None:
     args = parse_args()
-    from pipelines.control.fleet import EngineFleet
-    from pipelines.control.runtime import init_ray
-
     with tempfile.TemporaryDirectory() as tmp:
         taskset = Path(tmp) / "long_tail.jsonl"
         lengths = write_taskset(
             taskset, args.steps * args.batch_size, args.median_tokens, args.sigma, args.max_tokens
         )
         calibrate = mode_config(args, taskset, MODES["sync"])
-        init_ray(calibrate.ray)
-        engines = EngineFleet(calibrate, "bench-stragglers").start()
+        engines = start_fleet(calibrate, "bench-stragglers")
         try:
             base = run_mode(calibrate, Path(tmp) / "calibrate", engines, 0.0)  # also warms the engine
             train_s = 0.5 * base["median_step_s"]

@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# sibling script: the same config, the same first tasks, and the run's own throughput records
-from pipeline_vs_engine import bench_config, first_tasks, read_run  # noqa: E402
+from common import first_tasks, parser  # noqa: E402 - after the environment vLLM reads
+
+# sibling script: the same config and the run's own throughput records
+from pipeline_vs_engine import read_run, throughput_config  # noqa: E402
 
 TARGET = 1.2
 # Ray CPUs for each of ray.data.llm's light stages (preprocess, chat template, tokenize, detokenize,
@@ -56,24 +56,14 @@ LIGHT_STAGE_CPUS = 0.25
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--tasks", type=int, default=512, help="tasks (prompts), rounded up to whole steps")
-    parser.add_argument("--repeat", type=int, default=4, help="samples per prompt (repeat_times / n)")
-    parser.add_argument("--max-tokens", type=int, default=16, help="max generated tokens per sample")
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=64,
-        help="tasks per step in rftflow, rows per batch in ray.data.llm",
-    )
-    parser.add_argument("--model", help="model directory (default: the bundled tiny model)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides")
-    args = parser.parse_args()
-    if args.model:
-        args.overrides.append(f"model.model_path={args.model}")
-    return args
+    return parser(
+        __doc__,
+        tasks=(512, "tasks (prompts), rounded up to whole steps"),
+        repeat=(4, "samples per prompt (repeat_times / n)"),
+        max_tokens=(16, "max generated tokens per sample"),
+        batch_size=(64, "tasks per step in rftflow, rows per batch in ray.data.llm"),
+        model=None,
+    ).parse_args()
 
 
 def ray_rows(cfg, tasks) -> list[dict[str, Any]]:
@@ -143,7 +133,7 @@ def ray_data_llm(cfg, rows: list[dict[str, Any]], batch_size: int) -> RaySide:
     import ray
     from ray.data.llm import build_processor, vLLMEngineProcessorConfig
 
-    from operators.engine.actor import engine_args, engine_env, use_gpu
+    from operators.engine.vllm_args import engine_args, engine_env, use_gpu
 
     rollout = cfg.explorer.rollout_model
     gpu = use_gpu(rollout)
@@ -241,7 +231,7 @@ def rates(side: dict[str, Any]) -> tuple[float, float | None]:
 
 def main() -> None:
     args = parse_args()
-    cfg = bench_config(args)
+    cfg = throughput_config(args)
     if cfg.buffer.total_steps < 2:
         raise SystemExit("steady state needs 2 steps at least: give --tasks above --batch-size")
     tasks = first_tasks(cfg, cfg.buffer.total_steps * cfg.buffer.batch_size)

@@ -35,8 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+from common import parser, start_fleet
 
 SOURCES = ("checkpoint", "memory", "broadcast")
 TARGET = 0.05
@@ -67,23 +66,20 @@ class ModelResult:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--models", default="tiny,random", help="comma-separated: tiny, random")
-    parser.add_argument("--repeats", type=int, default=3, help="syncs per source")
-    parser.add_argument(
+    options = parser(__doc__, overrides=False, out=None)
+    options.add_argument("--models", default="tiny,random", help="comma-separated: tiny, random")
+    options.add_argument("--repeats", type=int, default=3, help="syncs per source")
+    options.add_argument(
         "--random-dir",
         type=Path,
         default=Path(tempfile.gettempdir()) / "llama-100m",
         help="where the ~100M random model is built once and reused",
     )
-    parser.add_argument("--out", type=Path, default=None, help="also write the results here as JSON")
-    args = parser.parse_args()
+    args = options.parse_args()
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = set(args.models) - {"tiny", "random"}
     if unknown:
-        parser.error(f"unknown models {sorted(unknown)}; choose from tiny, random")
+        options.error(f"unknown models {sorted(unknown)}; choose from tiny, random")
     return args
 
 
@@ -180,12 +176,11 @@ class Bench:
 
     def cold_start(self) -> None:
         """One engine actor, the explorer's way: launch and wait until its model is loaded."""
-        from pipelines.control.fleet import EngineFleet
         from schemas.config import Config
 
         cfg = Config.model_validate({"model": {"model_path": str(self.path)}})
         started = time.perf_counter()
-        self.engines = EngineFleet(cfg, f"bench-weight-sync-{self.result.name}").start()
+        self.engines = start_fleet(cfg, f"bench-weight-sync-{self.result.name}")  # Ray is up: no Ray start
         self.result.cold_start_s = time.perf_counter() - started
 
     def measure(self, kind: str) -> SourceResult:

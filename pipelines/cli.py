@@ -55,6 +55,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", type=given_path, help="YAML config file (fields documented in docs/config-table.md)"
     )
+    add_set_argument(parser)
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """`--set KEY=VALUE`, repeatable, into `args.overrides` (also the benchmark scripts' option)."""
     parser.add_argument(
         "--set",
         dest="overrides",

@@ -7,37 +7,17 @@ The credentials are dummies (moto checks none) and go in the URI, so Ray workers
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
+from local_servers import end, free_port, port_open, wait_up
 
 START_TIMEOUT_S = 30.0
 REGION = "us-east-1"
 ACCESS_KEY, SECRET_KEY = "rftflow-test", "rftflow-test-secret"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_listening(port: int, process: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"moto server exited at start with code {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"moto server not listening on 127.0.0.1:{port} after {timeout:.0f} s")
 
 
 @dataclass
@@ -71,12 +51,7 @@ class S3Server:
         return f"s3://{ACCESS_KEY}:{SECRET_KEY}@{bucket}/{prefix}?{query}"
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        end(self.process)
 
 
 def start_s3_server() -> S3Server:
@@ -88,7 +63,7 @@ def start_s3_server() -> S3Server:
     )
     server = S3Server(process, port)
     try:
-        wait_listening(port, process, START_TIMEOUT_S)
+        wait_up("moto server", process, lambda: port_open(port), START_TIMEOUT_S)
     except BaseException:
         server.stop()
         raise

@@ -24,14 +24,14 @@ from typing import Any
 
 from operators.engine.call_batches import ServesCallBatches
 from operators.engine.cpu_dtype import host_hint
-from operators.engine.openai_server import OpenAIServer, request_text, requested_max_tokens, start_server
+from operators.engine.openai_server import OpenAIServer, start_server
 from operators.engine.proc_stats import process_tree_memory
-from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
+from operators.engine.prompts import Prompts
 from operators.engine.samples import Draft, Generation
 from operators.engine.transfer import from_wire, stage_state_dict
-from operators.engine.vllm_plugin import BUSY_WAIT_ENV
+from operators.engine.vllm_args import engine_args, engine_env, use_gpu
 from schemas.engine_config import RolloutModelConfig
-from schemas.errors import StaleRequest, TaskInputError
+from schemas.errors import StaleRequest
 
 log = logging.getLogger(__name__)
 
@@ -40,49 +40,11 @@ class EngineGone(RuntimeError):
     """The engine can serve no more requests (its vLLM core died); the caller waits for its replacement."""
 
 
-def use_gpu(cfg: RolloutModelConfig) -> bool:
-    if cfg.device != "auto":
-        return cfg.device == "gpu"
-    import torch  # heavy, deferred: the driver imports this module (to start engines) without torch
-
-    return torch.cuda.is_available()
-
-
 def node_id() -> str | None:
     """The Ray node (hex id) this engine runs on; None in a process without Ray (an in-process engine)."""
     import ray  # heavy, deferred: an in-process engine runs without Ray
 
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-
-
-def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
-    """Environment an engine process needs before vLLM is imported."""
-    busy_wait = cfg.busy_wait if cfg.busy_wait is not None else gpu
-    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", BUSY_WAIT_ENV: str(int(busy_wait))}
-    if not gpu:
-        # On CPU gpu_memory_utilization is a fraction of RAM and its default fails; size the KV cache instead.
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_space_gib)
-    return env
-
-
-def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
-    """vLLM engine arguments for `cfg`, besides the model and rftflow's worker extension: one place, so
-    another engine built from the same config (a benchmark's peer) runs with exactly these settings."""
-    chunked = cfg.enable_chunked_prefill if cfg.enable_chunked_prefill is not None else gpu
-    return {
-        "enable_chunked_prefill": chunked,
-        # unchunked, a step must hold a whole prompt
-        "max_num_batched_tokens": None if chunked else max(2048, cfg.max_model_len),
-        "tensor_parallel_size": cfg.tensor_parallel_size,
-        # more than one GPU rank: vLLM's Ray workers, one in each bundle of the engine's placement group
-        "distributed_executor_backend": "ray" if gpu and cfg.tensor_parallel_size > 1 else None,
-        "dtype": cfg.dtype,
-        "max_model_len": cfg.max_model_len,
-        "enforce_eager": cfg.enforce_eager,
-        "seed": cfg.seed,
-        "gpu_memory_utilization": cfg.gpu_memory_utilization,
-        "disable_log_stats": True,
-    }
 
 
 WARM_UP_SAMPLES = 32  # enough to take the first-batch stall (`VLLMEngine.warm_up`) out of step 1
@@ -112,17 +74,17 @@ class VLLMEngine(ServesCallBatches):
         self.model_path = str(model_path)
         self.model_version = model_version
         self.workers = rollout.tensor_parallel_size
-        self.max_prompt_tokens, self.prompt_overflow = rollout.max_prompt_tokens, rollout.prompt_overflow
         self.max_model_len = self.llm.model_config.max_model_len
-        self.token_bytes = max_token_bytes(self.tokenizer)  # None: no early refusal is sound
+        self.prompts = Prompts(
+            self.tokenizer, self.max_model_len, rollout.max_prompt_tokens, rollout.prompt_overflow
+        )
         self.open = asyncio.Event()
         if not closed:
             self.open.set()
         self.in_flight = 0
         self.busy_s, self.busy_since = 0.0, 0.0  # time with a request in flight: the fleet's idle ratio
-        self.dispatched: dict[
-            str, int
-        ] = {}  # request id -> version at dispatch, of direct requests in flight
+        # request id -> version at dispatch, of direct requests in flight
+        self.dispatched: dict[str, int] = {}
         self.hopeless: set[str] = set()  # ids aborted by `abort_older_than`
         self.preempted: set[str] = set()  # ids cut by a swap, to go on under the new weights
         self.preemptions = 0  # requests cut by swaps and continued (a running total, for the step metrics)
@@ -209,14 +171,12 @@ class VLLMEngine(ServesCallBatches):
         }
 
     def check_request(self, body: dict[str, Any]) -> None:
-        """The prompt rules for an OpenAI API request: refused by its text's length alone, untokenized."""
-        if self.prompt_overflow == "refuse":
-            limit = self.prompt_limit({"max_tokens": requested_max_tokens(body) or 1})
-            refuse_by_length(request_text(body), limit, self.token_bytes, self.limit_name)
+        """The prompt rules for an OpenAI API request (`Prompts.check_request`), for the API's gate."""
+        self.prompts.check_request(body)
 
     def decode(self, ids: list[int]) -> str:
-        """Text of token ids as the tokenizer writes them, special tokens included (nothing dropped)."""
-        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        """Text of token ids, special tokens included (`Prompts.decode`), for workflows that show them."""
+        return self.prompts.decode(ids)
 
     async def health(self) -> dict[str, Any]:
         """Raises when the vLLM core has died (the actor may live on); the supervisor then replaces it."""
@@ -230,39 +190,8 @@ class VLLMEngine(ServesCallBatches):
     def get_model_version(self) -> int:
         return self.model_version
 
-    def prompt_limit(self, sampling: dict[str, Any]) -> int:
-        """The longest prompt a request may have: `max_prompt_tokens`, else what `max_model_len` leaves after
-        the request's `max_tokens` (vLLM would reject a longer one only after tokenizing and queueing it)."""
-        if self.max_prompt_tokens is not None:
-            return self.max_prompt_tokens
-        return max(1, self.max_model_len - int(sampling.get("max_tokens") or 16))
-
-    @property
-    def limit_name(self) -> str:
-        return "max_prompt_tokens" if self.max_prompt_tokens is not None else "max_model_len - max_tokens"
-
-    def render_chat(self, messages: list[dict[str, str]], limit: int | None = None) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.encode(text, add_special_tokens=False, limit=limit)
-
-    def encode(self, text: str, add_special_tokens: bool, limit: int | None = None) -> list[int]:
-        """Token ids; under `prompt_overflow: refuse`, a text over `limit` tokens by its length alone is
-        refused untokenized (operators/prompt_bound.py): tokenizing 10 MB takes 15-25 s on this loop."""
-        if self.prompt_overflow == "refuse":
-            refuse_by_length(text, limit, self.token_bytes, self.limit_name)
-        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
-
-    def fit_prompt(self, prompt_ids: list[int], limit: int) -> list[int]:
-        """Apply the prompt limit: refuse a longer prompt, or keep its last tokens (the question's end and
-        the generation prompt, which a chat template puts last)."""
-        if len(prompt_ids) <= limit:
-            return prompt_ids
-        if self.prompt_overflow == "truncate":
-            return prompt_ids[-limit:]
-        raise TaskInputError(f"prompt has {len(prompt_ids)} tokens, more than {self.limit_name}={limit}")
-
     async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
-        return await self.generate(self.render_chat(messages, self.prompt_limit(sampling)), sampling)
+        return await self.generate(self.prompts.render_chat(messages, self.prompts.limit(sampling)), sampling)
 
     async def chat_turn(
         self,
@@ -281,38 +210,12 @@ class VLLMEngine(ServesCallBatches):
         `max_tokens` is cut to the room left in `max_model_len` (and in `budget`, the most tokens the whole
         conversation may hold); with no room the result has no samples.
         """
-        context = self.max_model_len - 1
-        delta = self.continuation(messages, history)
-        if delta is not None:
-            prompt = [*history, *self.encode(delta, add_special_tokens=False, limit=context)]
-        else:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            prompt = self.encode(text, add_special_tokens=False, limit=context)
+        prompt = self.prompts.turn(messages, history)
         room = min(self.max_model_len, budget or self.max_model_len) - len(prompt)
         if room < 1:
             return asdict(Generation(prompt, "", self.model_version, []))
         sampling = {**sampling, "max_tokens": min(int(sampling.get("max_tokens") or 16), room)}
-        return await self.generate(prompt, sampling, limit=context)
-
-    def continuation(self, messages: list[dict[str, Any]], history: list[int]) -> str | None:
-        """The text after the last assistant message's content in the template's rendering of `messages`,
-        or None when that rendering does not begin with the earlier turns' prompt and that content."""
-        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
-        content = None if last is None else messages[last].get("content")
-        if not isinstance(content, str):
-            return None
-        render = self.tokenizer.apply_chat_template
-        head = render(messages[:last], add_generation_prompt=True, tokenize=False) + content
-        text = render(messages, add_generation_prompt=True, tokenize=False)
-        if not text.startswith(head):
-            return None
-        delta = text[len(head) :]
-        # A stop token the engine sampled (and kept in the ids) already closes the turn the template closes.
-        if history and history[-1] in set(getattr(self.tokenizer, "all_special_ids", ())):
-            closing = self.decode(history[-1:])
-            if delta.startswith(closing):
-                delta = delta[len(closing) :]
-        return delta
+        return await self.generate(prompt, sampling, limit=self.max_model_len - 1)
 
     async def generate(
         self, prompt: str | list[int], sampling: dict[str, Any], limit: int | None = None
@@ -320,13 +223,7 @@ class VLLMEngine(ServesCallBatches):
         """Sample `sampling['n']` responses; logprobs are those of the sampled tokens. `limit`: the longest
         prompt, in place of `prompt_limit` (a later turn's prompt holds the conversation so far). A sample
         cut by a swap with partial rollout goes on from the prompt plus what it had, under the new weights."""
-        limit = limit or self.prompt_limit(sampling)
-        prompt_ids = self.fit_prompt(
-            self.encode(prompt, add_special_tokens=True, limit=limit)
-            if isinstance(prompt, str)
-            else list(prompt),
-            limit,
-        )
+        prompt_ids = self.prompts.prompt_ids(prompt, limit or self.prompts.limit(sampling))
         n = int(sampling.get("n") or 1)
         version, outputs, preempted = await self.request(prompt_ids, sampling, None, 0)
         drafts = [Draft() for _ in range(n)]
@@ -336,10 +233,14 @@ class VLLMEngine(ServesCallBatches):
             await asyncio.gather(
                 *(self.go_on(prompt_ids, d, sampling, i) for i, d in enumerate(drafts) if d.cut)
             )
-        samples = [d.sample(self.tokenizer.decode(d.ids, skip_special_tokens=True) if d.pieces > 1 else None)
-                   for d in drafts]  # fmt: skip
+        samples = [d.sample(self.sample_text(d)) for d in drafts]
         oldest = min((v for d in drafts for v in d.versions), default=version)
         return asdict(Generation(list(prompt_ids), self.tokenizer.decode(prompt_ids), oldest, samples))
+
+    def sample_text(self, draft: Draft) -> str | None:
+        """A continued sample's text, decoded from all its ids at once (its pieces' texts may split a
+        character between them); None for a sample made in one piece, whose text vLLM gave."""
+        return self.tokenizer.decode(draft.ids, skip_special_tokens=True) if draft.pieces > 1 else None
 
     async def go_on(self, prompt_ids: list[int], draft: Draft, sampling: dict[str, Any], index: int) -> None:
         """Continue a sample cut by a swap until it finishes (it may be cut again by the next swap)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from operators.rollout.over_rollout import DEFERRED, SKIPPED, OverRollout
 from operators.rollout.plugins import load_plugins
 from operators.rollout.runner import SubRun, WorkflowRunner, dynamic_runner_timeout, split_task
 from operators.sinks.parquet import write_fragments
+from schemas.config import Config
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.status import results_to_table
 from schemas.task import Task, tasks_from_table
@@ -35,41 +37,79 @@ from schemas.task import Task, tasks_from_table
 Carried = tuple[asyncio.Future, SubRun, EngineClient]  # a run over-rollout cut that goes on, to a later step
 
 
+@dataclass(frozen=True)
+class RolloutStage:
+    """The rollout stage as a value: what every forwarding actor of the pool is built from. Ray Data makes
+    the actors itself, from `RolloutOperator` and this one argument; `from_config` is the one place that
+    reads it from the run's config, so a new setting is a field here and its use in `RolloutOperator`."""
+
+    engine_names: tuple[str, ...]
+    max_timeout: float
+    max_retry_times: int
+    plugin_dirs: tuple[str, ...] = ()
+    max_repeat_times_per_runner: int | None = None
+    batch_timeout: float | None = None
+    gate_name: str | None = None  # training steps: batches wait for their step and report through the gate
+    sink_root: str | None = None
+    restart_timeout: float = 600.0
+    over_rollout: OverRolloutConfig | None = None
+    dynamic_timeout: DynamicTimeoutConfig | None = None
+    experience_ops: tuple[dict[str, Any], ...] = ()
+    last_step: int | None = None  # the run's last training step: no later step to move recycled tasks to
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: Config,
+        engine_names: list[str],
+        gate_name: str | None = None,
+        sink_root: Path | None = None,
+        experience_ops: list[dict[str, Any]] = (),
+        last_step: int | None = None,
+    ) -> RolloutStage:
+        """The stage of a run's training steps (with the gate) or of an eval taskset (without)."""
+        explorer = cfg.explorer
+        return cls(
+            engine_names=tuple(engine_names),
+            max_timeout=explorer.max_timeout,
+            max_retry_times=explorer.max_retry_times,
+            plugin_dirs=tuple(str(p) for p in cfg.plugin_dirs),
+            max_repeat_times_per_runner=explorer.max_repeat_times_per_runner,
+            batch_timeout=explorer.batch_timeout,
+            gate_name=gate_name,
+            sink_root=None if sink_root is None else str(sink_root),
+            restart_timeout=explorer.engine_restart_timeout,
+            over_rollout=explorer.over_rollout if gate_name is not None else None,  # training steps only
+            dynamic_timeout=explorer.dynamic_timeout,
+            experience_ops=tuple(experience_ops),
+            last_step=last_step,
+        )
+
+
 class RolloutOperator:
     """`map_batches` callable: Task table in, result table (status + experiences per sub-run) out."""
 
-    def __init__(
-        self,
-        engine_names: list[str],
-        max_timeout: float,
-        max_retry_times: int,
-        plugin_dirs: list[str] = (),
-        max_repeat_times_per_runner: int | None = None,
-        batch_timeout: float | None = None,
-        gate_name: str | None = None,
-        sink_root: str | None = None,
-        restart_timeout: float = 600.0,
-        over_rollout: OverRolloutConfig | None = None,
-        dynamic_timeout: DynamicTimeoutConfig | None = None,
-        experience_ops: list[dict[str, Any]] = (),
-        last_step: int | None = None,
-    ):
-        """`last_step`: the run's last training step, which has no later step to move recycled tasks to."""
+    def __init__(self, stage: RolloutStage):
+        """One forwarding actor of the pool, built by Ray Data from the stage (`RolloutStage`)."""
         import ray  # heavy, deferred: the driver imports this module (to build the pool) without Ray
 
-        for plugin_dir in plugin_dirs:  # users' workflows must be registered in this worker too
+        for plugin_dir in stage.plugin_dirs:  # users' workflows must be registered in this worker too
             load_plugins(Path(plugin_dir))
-        clients = [EngineClient.named(name, restart_timeout) for name in engine_names]
-        runner = WorkflowRunner(max_timeout, max_retry_times, dynamic=dynamic_runner_timeout(dynamic_timeout))
-        self._setup(clients, runner, max_repeat_times_per_runner, batch_timeout, over_rollout)
-        if gate_name is not None:
-            gate = ray.get_actor(gate_name, namespace=NAMESPACE)
+        clients = [EngineClient.named(name, stage.restart_timeout) for name in stage.engine_names]
+        dynamic = dynamic_runner_timeout(stage.dynamic_timeout)
+        runner = WorkflowRunner(stage.max_timeout, stage.max_retry_times, dynamic=dynamic)
+        self._setup(
+            clients, runner, stage.max_repeat_times_per_runner, stage.batch_timeout, stage.over_rollout
+        )
+        if stage.gate_name is not None:
+            gate = ray.get_actor(stage.gate_name, namespace=NAMESPACE)
             context = ray.get_runtime_context()  # enlisted: the gate's owner ends this actor at shutdown
             ray.get(gate.enlist.remote(context.get_actor_id(), context.current_actor))
             self.gate = GateClient(gate)
-        self.sink_root = sink_root
-        self.ops = ExperienceOps(list(experience_ops)) if experience_ops else None  # after the plugins
-        self.last_step = last_step
+        self.sink_root = stage.sink_root
+        ops = stage.experience_ops
+        self.ops = ExperienceOps(list(ops)) if ops else None  # after the plugins
+        self.last_step = stage.last_step
 
     @classmethod
     def from_clients(

@@ -1,5 +1,5 @@
 """`EngineFleet`: the one owner of the engines. Only this module starts, probes, replaces, loads weights into,
-reads weights from and stops the vLLM engine actors.
+reads weights from and stops the vLLM engine actors (`launch.py` makes each actor and its placement group).
 
 Engines are long-lived and hold weights that change during a run (a weight sync, a benchmark's checkpoint), so
 Ray's own actor restart would bring one back on the base model. The fleet keeps a *restore point* instead: the
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -25,22 +24,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from operators.actors.names import ACTOR_CALL_S, answer
-from operators.engine.actor import VLLMEngine
-from pipelines.control.placement import (
-    EngineShape,
-    choose_node,
-    engine_shape,
-    group_node,
-    live_nodes,
-    refusal,
-    release,
-    reserve,
-)
+from pipelines.control.launch import EngineLauncher, check_resources, launch_when_free, resolve_device
 from schemas.config import Config, ExplorerConfig
-from schemas.errors import InputError
 
 log = logging.getLogger(__name__)
-NAME_FREE_S = 10.0  # how long the old actor's name may take to be released after it is killed
 COUNTERS_CALL_S = 5.0  # counter reads and aborts are quick: an engine silent for 5 s is left out
 
 
@@ -125,59 +112,6 @@ class Fleet(Protocol):
     def group_backend(self) -> str: ...
 
 
-def resolve_device(cfg: Config) -> str:
-    """`auto` means GPU when the Ray cluster has one (the driver itself may not)."""
-    import ray  # heavy, deferred: the driver's modules import without Ray
-
-    device = cfg.explorer.rollout_model.device
-    if device == "auto":
-        device = "gpu" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
-    return device
-
-
-def engine_runtime_env() -> dict[str, Any]:
-    """Quiet engines unless asked: vLLM logs at ERROR, Python warnings off (VLLM_LOGGING_LEVEL overrides)."""
-    level = os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")
-    quiet = level in ("ERROR", "CRITICAL")
-    return {"env_vars": {"VLLM_LOGGING_LEVEL": level, **({"PYTHONWARNINGS": "ignore"} if quiet else {})}}
-
-
-def launch_engine(cfg: Config, name: str, closed: bool = False, index: int = 0, group: Any = None) -> Any:
-    """One engine actor called `name` on the base model; `closed` holds its requests until its first load
-    (a replacement must be put on the fleet's restore point before it serves anything). Engine `index`
-    serves its OpenAI API (when enabled) on `port + index`, or on a free port when `port` is 0. `group`:
-    the engine's placement group (`pipelines.control.placement`); the actor takes its share of bundle 0."""
-    import ray  # heavy, deferred: the driver's modules import without Ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # heavy, deferred: as ray
-
-    rollout = cfg.explorer.rollout_model
-    port = rollout.port + index if rollout.port else 0
-    rollout = rollout.model_copy(update={"device": resolve_device(cfg), "port": port})
-    shape = engine_shape(rollout.tensor_parallel_size, rollout.device == "gpu", rollout.engine_cpus)
-    options: dict[str, Any] = {"num_cpus": shape.actor_cpus, "num_gpus": shape.actor_gpus}
-    if group is not None:
-        # capture: anything the engine starts (vLLM's Ray workers, one per rank) stays in its group
-        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(group, 0, True)
-    actor = ray.remote(VLLMEngine).options(name=name, runtime_env=engine_runtime_env(), **options)
-    return actor.remote(str(cfg.model.model_path), rollout.model_dump(mode="json"), 0, closed)
-
-
-def fleet_shape(cfg: Config) -> EngineShape:
-    rollout = cfg.explorer.rollout_model
-    return engine_shape(rollout.tensor_parallel_size, resolve_device(cfg) == "gpu", rollout.engine_cpus)
-
-
-def check_resources(cfg: Config) -> None:
-    """Refuse at once an engine request the cluster can never grant (Ray would leave it pending for ever)."""
-    reason = refusal(fleet_shape(cfg), cfg.explorer.rollout_model.engine_num, live_nodes())
-    if reason is not None:
-        raise InputError(
-            f"{reason}: lower explorer.rollout_model.engine_num or engine_cpus, or give Ray more "
-            "(ray.num_cpus)",
-            field="explorer.rollout_model.engine_cpus",
-        )
-
-
 def gather(calls: list[Any], timeout: float) -> tuple[dict[int, dict], list[str]]:
     """Results of concurrent engine calls by engine index, and one message per engine that failed."""
     import ray  # heavy, deferred: the driver's modules import without Ray
@@ -211,10 +145,9 @@ class EngineFleet:
         self.cfg = cfg
         self.base = Path(cfg.model.model_path).resolve()
         self.names = [f"{run_name}/engine-{i}" for i in range(cfg.explorer.rollout_model.engine_num)]
+        self.launcher = EngineLauncher(cfg, self.names)
         self.launch_one = launch or self.launch_placed
         self.handles: list[Any] = []
-        self.groups: list[Any] = [None] * len(self.names)  # each engine's placement group, once reserved
-        self.nodes: list[str | None] = [None] * len(self.names)  # the node each group was placed on
         self.lock = threading.RLock()
         self.current = Restore(0, path=self.base)
         self.group: dict[str, Any] | None = None  # the trainer's weight-sync group, once joined
@@ -282,7 +215,7 @@ class EngineFleet:
             ray.kill(engine)
         self.handles = []
         for index in range(len(self.names)):
-            self.release_group(index)
+            self.launcher.release(index)
 
     # -- weights -----------------------------------------------------------------------------------------
 
@@ -439,8 +372,8 @@ class EngineFleet:
             fresh = restore.path != self.base
             self.restarts_per_engine[index] += 1
             ray.kill(self.handles[index], no_restart=True)
-            self.release_group(index)  # its node may be gone: the replacement chooses afresh
-            replacement = self.launch_named(name, closed=fresh)
+            self.launcher.release(index)  # its node may be gone: the replacement chooses afresh
+            replacement = launch_when_free(self.launch_one, name, closed=fresh)
             self.handles[index] = replacement
             ray.get(replacement.ready.remote(), timeout=timeout)
             if fresh:
@@ -454,35 +387,8 @@ class EngineFleet:
             limit,
         )
 
-    def launch_named(self, name: str, closed: bool) -> Any:
-        """A new actor under `name`, once the killed one has released it."""
-        deadline = time.monotonic() + NAME_FREE_S
-        while True:
-            try:
-                return self.launch_one(name, closed)
-            except InputError:  # no room for its placement group: waiting on here would not help
-                raise
-            except ValueError:  # "name already taken": the old actor is not gone yet
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.2)
-
     # -- placement ---------------------------------------------------------------------------------------
 
     def launch_placed(self, name: str, closed: bool) -> Any:
-        """The default launch: the engine's placement group (one per engine life), then its actor."""
-        index = self.names.index(name)
-        if self.groups[index] is None:
-            shape, placement = fleet_shape(self.cfg), self.cfg.explorer.rollout_model.placement
-            others = [node for i, node in enumerate(self.nodes) if i != index and node is not None]
-            target = choose_node(live_nodes(), others, shape.total, placement)
-            group = reserve(shape, target, name, self.settings.engine_restart_timeout)
-            self.groups[index], self.nodes[index] = group, group_node(group)
-            log.info("%s placed on node %s (%s: preferred %s)", name, self.nodes[index], placement, target)
-        return launch_engine(self.cfg, name, closed=closed, index=index, group=self.groups[index])
-
-    def release_group(self, index: int) -> None:
-        if self.groups[index] is not None:
-            with contextlib.suppress(Exception):  # already gone with its node, or with Ray
-                release(self.groups[index])
-        self.groups[index], self.nodes[index] = None, None
+        """The default launch (`launch.EngineLauncher`), its placement waiting at most as an engine start."""
+        return self.launcher.launch(self.names.index(name), closed, self.settings.engine_restart_timeout)

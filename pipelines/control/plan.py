@@ -6,7 +6,7 @@ from pathlib import Path
 
 import ray
 
-from operators.rollout.operator import RolloutOperator
+from operators.rollout.operator import RolloutOperator, RolloutStage
 from operators.tasks.datasource import TasksetDatasource
 from operators.tasks.reader import TasksetPlan
 from schemas.config import Config, TasksetConfig
@@ -14,38 +14,16 @@ from schemas.config import Config, TasksetConfig
 FORWARDER_CPUS = 0.25  # forwarding actors mostly wait; whole CPUs for them would starve the read tasks
 
 
-def rollout(
-    tasks: ray.data.Dataset,
-    cfg: Config,
-    engine_names: list[str],
-    gate_name: str | None = None,
-    sink_root: Path | None = None,
-    experience_ops: list[dict] = (),
-    last_step: int | None = None,
-) -> ray.data.Dataset:
+def rollout(tasks: ray.data.Dataset, cfg: Config, stage: RolloutStage) -> ray.data.Dataset:
     """Task rows → result rows (status + experiences per task), by forwarding actors that call the engines."""
     explorer = cfg.explorer
     return tasks.map_batches(
         RolloutOperator,
-        fn_constructor_kwargs={
-            "engine_names": engine_names,
-            "max_timeout": explorer.max_timeout,
-            "max_retry_times": explorer.max_retry_times,
-            "plugin_dirs": [str(p) for p in cfg.plugin_dirs],
-            "max_repeat_times_per_runner": explorer.max_repeat_times_per_runner,
-            "batch_timeout": explorer.batch_timeout,
-            "gate_name": gate_name,
-            "sink_root": None if sink_root is None else str(sink_root),
-            "restart_timeout": explorer.engine_restart_timeout,
-            "over_rollout": explorer.over_rollout if gate_name is not None else None,  # training steps only
-            "dynamic_timeout": explorer.dynamic_timeout,
-            "experience_ops": list(experience_ops),
-            "last_step": last_step,
-        },
+        fn_constructor_args=(stage,),
         batch_size=cfg.buffer.batch_size,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(
-            size=len(engine_names),
+            size=len(stage.engine_names),
             max_tasks_in_flight_per_actor=explorer.runner_per_model,
             max_concurrent_calls_per_actor=explorer.runner_per_model,
         ),
@@ -66,7 +44,8 @@ def explore_dataset(
     workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
     source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
     ops = [op.model_dump(mode="json") for op in explorer_input.experience_ops]  # training steps only
-    return rollout(read(source), cfg, engine_names, gate_name, sink_root, ops, plan.num_steps)
+    stage = RolloutStage.from_config(cfg, engine_names, gate_name, sink_root, ops, plan.num_steps)
+    return rollout(read(source), cfg, stage)
 
 
 def eval_dataset(
@@ -75,7 +54,7 @@ def eval_dataset(
     """One eval taskset, whole, as result rows labelled with the explore step being evaluated."""
     workflow = cfg.buffer.explorer_input.workflow_for(taskset, is_eval=True)
     source = TasksetDatasource(taskset, plan, is_eval=True, workflow=workflow, step_label=step)
-    return rollout(read(source), cfg, engine_names)
+    return rollout(read(source), cfg, RolloutStage.from_config(cfg, engine_names))
 
 
 def read(source: TasksetDatasource) -> ray.data.Dataset:

@@ -238,17 +238,17 @@ def test_a_batch_across_a_gated_step_lands_its_released_part_first(loop, engine,
 
 
 def test_a_prompt_over_max_prompt_tokens_is_refused_at_once_or_truncated(loop, engine):
-    saved = engine.max_prompt_tokens, engine.prompt_overflow
+    saved = engine.prompts.max_prompt_tokens, engine.prompts.prompt_overflow
     try:
-        engine.max_prompt_tokens, engine.prompt_overflow = 5, "refuse"
+        engine.prompts.max_prompt_tokens, engine.prompts.prompt_overflow = 5, "refuse"
         results = run_batch(loop, operator(engine, max_retry_times=2), [make_task("long")])
         assert column(results, "ok") == [False] and column(results, "attempts") == [1]  # no retry
         assert "more than max_prompt_tokens=5" in column(results, "message")[0]
         assert flatten_experiences(results).num_rows == 0
-        engine.prompt_overflow = "truncate"
+        engine.prompts.prompt_overflow = "truncate"
         results = run_batch(loop, operator(engine), [make_task("cut")])
         experiences = flatten_experiences(results)
         assert column(results, "ok") == [True] and experiences.num_rows == 2
         assert all(len(ids) == 5 for ids in column(experiences, "prompt_ids"))
     finally:
-        engine.max_prompt_tokens, engine.prompt_overflow = saved
+        engine.prompts.max_prompt_tokens, engine.prompts.prompt_overflow = saved

@@ -3,17 +3,13 @@ metrics read back through the client, artifacts in the server's store and none o
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from integration_settings import BASE
+from local_servers import end, free_port, http_ok, wait_up
 from mlflow import MlflowClient
 
 from pipelines.explore import explore
@@ -24,28 +20,6 @@ SERVER_START_S = (
     120.0  # the server imports MLflow and creates its tables (about 25 s on a busy 2-core machine)
 )
 STEPS = 1
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_healthy(url: str, server: subprocess.Popen, log: Path) -> None:
-    """Until `/health` answers OK; fails with the server's log if it exits or is not up in time."""
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"mlflow server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"mlflow server not up within {SERVER_START_S:g} s:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="session")
@@ -71,18 +45,13 @@ def server(tmp_path_factory):
     try:
         yield f"http://127.0.0.1:{port}", artifacts, process, log
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=20)
+        end(process, group=True, grace=20.0)
 
 
 @pytest.mark.timeout(300)
 def test_an_explore_run_tracks_on_an_mlflow_server(server, engines, tmp_path):
     url, artifacts, process, log = server
-    wait_healthy(url, process, log)
+    wait_up("mlflow server", process, lambda: http_ok(f"{url}/health"), SERVER_START_S, log)
     cfg = load_config(None, [*BASE, f"buffer.total_steps={STEPS}"])
     summary = explore(cfg, tmp_path / "explore", mlflow_uri=url, progress=False, engines=engines)
 

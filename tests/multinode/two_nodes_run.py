@@ -98,7 +98,7 @@ def engines(fleet: EngineFleet, version: torch.Tensor) -> dict[str, list]:
     ready = ray.get([h.ready.remote() for h in fleet.handles], timeout=180)  # room on a loaded machine
     held = ray.get([h.get_weight.remote(NORM) for h in fleet.handles], timeout=180)
     return {
-        "placed": list(fleet.nodes),
+        "placed": list(fleet.launcher.nodes),
         "running": [r["node_id"] for r in ready],
         "versions": [r["model_version"] for r in ready],
         "holds_version_5": [torch.equal(t, version.to(t.dtype)) for t in held],

@@ -24,47 +24,11 @@ from schemas.config import DEFAULT_EVAL, DEFAULT_MODEL, load_config
 
 NORM = "model.norm.weight"
 STEP = 3
-
-KILLER = """
-import asyncio
-import os
-import signal
-from pathlib import Path
-
-import torch
-
-from operators.engine.client import lookup_engine
-from operators.workflows.eval_math import EvalMathWorkflow
-from operators.workflows import register_workflow
-
-
-@register_workflow("double_eval_engine_killer")
-class EvalEngineKillerDouble(EvalMathWorkflow):
-    \"\"\"Test double: the real eval workflow, except that once, for checkpoint step `kill_step`, it SIGKILLs
-    its engine's process mid-request, then saves what the replacement engine holds.\"\"\"
-
-    async def run(self, task, engine, run_id_base=0, *, repeat_times=None):
-        args = task.workflow_args
-        marker = Path(args["marker"])
-        if task.step != args["kill_step"] or marker.exists():
-            return await super().run(task, engine, run_id_base, repeat_times=repeat_times)
-        marker.write_text(task.task_uid)
-        pid = (await lookup_engine(engine.name).ready.remote())["pid"]
-        request = asyncio.ensure_future(super().run(task, engine, run_id_base, repeat_times=repeat_times))
-        await asyncio.sleep(0.02)
-        os.kill(pid, signal.SIGKILL)
-        experiences = await request  # answered by the replacement
-        held = await lookup_engine(engine.name).get_weight.remote(args["weight"])
-        torch.save(held, args["held"])
-        return experiences
-"""
+KILLER_PLUGINS = Path(__file__).resolve().parents[1] / "killer_plugins"  # the workflow doubles that kill
 
 
 @pytest.mark.timeout(900)  # starts engines of its own and replaces one: minutes on 2 cores
 def test_an_engine_killed_mid_benchmark_is_replaced_on_the_checkpoint_under_test(tmp_path):
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    (plugins / "killer.py").write_text(KILLER)
     base = load_file(str(DEFAULT_MODEL / "model.safetensors"))
     state = {**base, NORM: base[NORM] * 1.5}  # weights the base cannot be mistaken for
     checkpoints = tmp_path / "checkpoints"
@@ -90,7 +54,7 @@ def test_an_engine_killed_mid_benchmark_is_replaced_on_the_checkpoint_under_test
         "marker": str(marker), "kill_step": STEP, "held": str(held_file), "weight": NORM,
     }  # fmt: skip
     cfg.buffer.explorer_input.eval_tasksets = [eval_set]
-    cfg.plugin_dirs = [plugins]
+    cfg.plugin_dirs = [KILLER_PLUGINS]
     explorer = Explorer(cfg, tmp_path / "run", progress=False)
 
     async def run() -> tuple[bool, torch.Tensor]:

@@ -28,66 +28,10 @@ from schemas.config import DEFAULT_MODEL, load_config
 
 STEPS, BATCH, REPEAT, VERSION, KILL_STEP = 4, 4, 2, 5, 3
 NORM = "model.norm.weight"
-
-KILLER = """
-import asyncio
-import dataclasses
-import os
-import signal
-from pathlib import Path
-
-from operators.engine.client import lookup_engine
-from operators.workflows import MathWorkflow, register_workflow
+KILLER_PLUGINS = Path(__file__).resolve().parents[1] / "killer_plugins"  # the workflow doubles that kill
 
 
-@register_workflow("double_engine_killer")
-class EngineKillerDouble(MathWorkflow):
-    \"\"\"Test double: the real math workflow, except that once, at a chosen step, it SIGKILLs its engine's
-    process while its own request is in flight. With `mid_continuation` it waits for a moment when its request
-    is in flight across the sync to `version` (cut by it and going on, with partial rollout) and strikes then;
-    the marker says `cut`, or `missed` if the sync came while none of its requests was in flight.\"\"\"
-
-    async def run(self, task, engine, run_id_base=0, *, repeat_times=None):
-        args = task.workflow_args
-        marker = Path(args["marker"])
-        if task.step != args["kill_step"] or marker.exists():
-            return await super().run(task, engine, run_id_base, repeat_times=repeat_times)
-        marker.write_text(task.task_uid)
-        actor = lookup_engine(engine.name)
-        pid = (await actor.ready.remote())["pid"]
-        if not args.get("mid_continuation"):
-            request = asyncio.ensure_future(super().run(task, engine, run_id_base, repeat_times=repeat_times))
-            await asyncio.sleep(0.02)
-            os.kill(pid, signal.SIGKILL)
-            return await request
-        sampling = {**task.rollout_args, "max_tokens": 200, "ignore_eos": True}
-        long = dataclasses.replace(task, rollout_args=sampling)
-        while await actor.get_model_version.remote() != args["version"]:
-            request = asyncio.ensure_future(super().run(long, engine, run_id_base, repeat_times=repeat_times))
-            while not request.done() and await actor.get_model_version.remote() != args["version"]:
-                await asyncio.sleep(0.005)
-            if request.done():
-                continue
-            await asyncio.sleep(0.05)  # the continuation under the new version is under way
-            marker.write_text(f"cut {task.task_uid}")
-            os.kill(pid, signal.SIGKILL)
-            return await request
-        marker.write_text("missed")
-        return await super().run(long, engine, run_id_base, repeat_times=repeat_times)
-"""
-
-
-@pytest.fixture(scope="module")
-def plugins(tmp_path_factory) -> Path:
-    """The killer double's plugin directory, one for the module: a workflow name registers once a process."""
-    directory = tmp_path_factory.mktemp("plugins")
-    (directory / "killer.py").write_text(KILLER)
-    return directory
-
-
-def killer_run(
-    tmp_path: Path, plugins: Path, kill_step: int, *overrides: str
-) -> tuple[Explorer, dict[str, torch.Tensor]]:
+def killer_run(tmp_path: Path, kill_step: int, *overrides: str) -> tuple[Explorer, dict[str, torch.Tensor]]:
     """An explorer (engines of its own) whose killer double strikes in `kill_step`, after a sync to version 5
     written on disk for it; returns it and that version's weights."""
     checkpoints = tmp_path / "checkpoints"
@@ -114,13 +58,13 @@ def killer_run(
         "marker": str(tmp_path / "killed"), "kill_step": kill_step, "version": VERSION,
         "mid_continuation": "synchronizer.partial_rollout=true" in overrides,
     }  # fmt: skip
-    cfg.plugin_dirs = [plugins]
+    cfg.plugin_dirs = [KILLER_PLUGINS]
     return Explorer(cfg, tmp_path / "run", progress=False), state
 
 
 @pytest.mark.timeout(900)  # starts engines of its own and replaces one: minutes on 2 cores
-def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_completes(tmp_path, plugins):
-    explorer, state = killer_run(tmp_path, plugins, KILL_STEP)
+def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_completes(tmp_path):
+    explorer, state = killer_run(tmp_path, KILL_STEP)
     base = load_file(str(DEFAULT_MODEL / "model.safetensors"))
     marker = tmp_path / "killed"
 
@@ -155,11 +99,11 @@ def test_a_killed_engine_is_replaced_on_the_current_version_and_the_run_complete
 
 
 @pytest.mark.timeout(900)  # starts engines of its own and replaces one: minutes on 2 cores
-def test_an_engine_killed_mid_continuation_is_replaced_and_the_sample_resent_once(tmp_path, plugins):
+def test_an_engine_killed_mid_continuation_is_replaced_and_the_sample_resent_once(tmp_path):
     """Partial rollout: step 2 starts before the sync after step 1, which cuts its generations; the engine
     is killed while the killer's goes on under version 5. The partial output lived in the engine and is lost
     with it, so the request is sent again whole to the replacement (version 5); nothing is written twice."""
-    explorer, _ = killer_run(tmp_path, plugins, 2, "synchronizer.partial_rollout=true")
+    explorer, _ = killer_run(tmp_path, 2, "synchronizer.partial_rollout=true")
     marker = tmp_path / "killed"
 
     async def run() -> list[int]:

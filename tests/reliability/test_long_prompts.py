@@ -150,15 +150,15 @@ def run_tasks(loop, engine, tasks: pa.Table) -> dict[int, dict]:
 
 @pytest.fixture
 def limited(engine):
-    saved = engine.max_prompt_tokens, engine.prompt_overflow
-    engine.max_prompt_tokens = LIMIT
+    saved = engine.prompts.max_prompt_tokens, engine.prompts.prompt_overflow
+    engine.prompts.max_prompt_tokens = LIMIT
     yield engine
-    engine.max_prompt_tokens, engine.prompt_overflow = saved
+    engine.prompts.max_prompt_tokens, engine.prompts.prompt_overflow = saved
 
 
 def test_a_10_mb_prompt_is_refused_at_once_and_untokenized(loop, limited, tmp_path):
-    limited.prompt_overflow = "refuse"
-    assert limited.token_bytes == LONGEST_TOKEN  # found on vLLM's own tokenizer
+    limited.prompts.prompt_overflow = "refuse"
+    assert limited.prompts.token_bytes == LONGEST_TOKEN  # found on vLLM's own tokenizer
     tasks = task_table(tmp_path, "What is 1 + 1? " * (10_000_000 // 15))
     short, long = run_tasks(loop, limited, tasks).values()
     assert short["ok"] and len(short["experiences"]) == 2
@@ -175,7 +175,7 @@ def test_with_no_max_prompt_tokens_a_2_mib_prompt_is_refused_by_what_max_model_l
 ):
     """The default limit is max_model_len (256 here) minus the request's max_tokens (8): refused at once,
     untokenized and unretried, where vLLM would have rejected it only after tokenizing and queueing it."""
-    assert engine.max_prompt_tokens is None and engine.prompt_overflow == "refuse"
+    assert engine.prompts.max_prompt_tokens is None and engine.prompts.prompt_overflow == "refuse"
     short, long = run_tasks(
         loop, engine, task_table(tmp_path, "What is 1 + 1? " * (2 * 2**20 // 15))
     ).values()
@@ -185,7 +185,7 @@ def test_with_no_max_prompt_tokens_a_2_mib_prompt_is_refused_by_what_max_model_l
 
 def test_a_1_mib_prompt_is_cut_to_its_last_tokens(loop, limited, tmp_path):
     """Truncation has to tokenize it all (here ~2 s a MiB), so it uses a smaller prompt than refusal."""
-    limited.prompt_overflow = "truncate"
+    limited.prompts.prompt_overflow = "truncate"
     short, long = run_tasks(loop, limited, task_table(tmp_path, "What is 1 + 1? " * (2**20 // 15))).values()
     assert short["ok"] and long["ok"]
     assert [len(e["prompt_ids"]) for e in long["experiences"]] == [LIMIT, LIMIT]

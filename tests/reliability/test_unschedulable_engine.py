@@ -61,7 +61,7 @@ def test_an_engine_whose_resources_stay_taken_is_refused_at_its_deadline_with_wh
         )
         assert free_at_deadline is not None, str(err.value)
         assert 1.0 <= float(free_at_deadline.group(1)) < 2.0
-        assert fleet.handles == [] and fleet.groups == [None]
+        assert fleet.handles == [] and fleet.launcher.groups == [None]
         assert live_groups() - others == {blocker.id.hex()}  # the blocker only: the refused group was removed
     finally:
         remove_placement_group(blocker)

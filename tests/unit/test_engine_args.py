@@ -3,7 +3,7 @@ engine) takes them from."""
 
 from __future__ import annotations
 
-from operators.engine.actor import engine_args, engine_env
+from operators.engine.vllm_args import engine_args, engine_env
 from operators.engine.vllm_plugin import BUSY_WAIT_ENV
 from schemas.engine_config import RolloutModelConfig
 

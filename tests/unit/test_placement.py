@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from operators.engine.actor import engine_args
+from operators.engine.vllm_args import engine_args
 from pipelines.control.placement import Node, choose_node, describe, engine_shape, refusal
 from schemas.config import load_config
 from schemas.engine_config import RolloutModelConfig

@@ -1,0 +1,51 @@
+"""The vLLM settings an engine's config makes: whether it runs on a GPU, the environment its process needs
+before vLLM is imported, and vLLM's engine arguments.
+
+One place, so that every engine built from the same config (the engine actor, a benchmark's peer engine
+under Ray Data LLM) runs with exactly these settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operators.engine.vllm_plugin import BUSY_WAIT_ENV
+from schemas.engine_config import RolloutModelConfig
+
+
+def use_gpu(cfg: RolloutModelConfig) -> bool:
+    if cfg.device != "auto":
+        return cfg.device == "gpu"
+    import torch  # heavy, deferred: the driver imports the engine modules (to start engines) without torch
+
+    return torch.cuda.is_available()
+
+
+def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
+    """Environment an engine process needs before vLLM is imported."""
+    busy_wait = cfg.busy_wait if cfg.busy_wait is not None else gpu
+    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", BUSY_WAIT_ENV: str(int(busy_wait))}
+    if not gpu:
+        # On CPU gpu_memory_utilization is a fraction of RAM and its default fails; size the KV cache instead.
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_space_gib)
+    return env
+
+
+def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
+    """vLLM engine arguments for `cfg`, besides the model and rftflow's worker extension: one place, so
+    another engine built from the same config (a benchmark's peer) runs with exactly these settings."""
+    chunked = cfg.enable_chunked_prefill if cfg.enable_chunked_prefill is not None else gpu
+    return {
+        "enable_chunked_prefill": chunked,
+        # unchunked, a step must hold a whole prompt
+        "max_num_batched_tokens": None if chunked else max(2048, cfg.max_model_len),
+        "tensor_parallel_size": cfg.tensor_parallel_size,
+        # more than one GPU rank: vLLM's Ray workers, one in each bundle of the engine's placement group
+        "distributed_executor_backend": "ray" if gpu and cfg.tensor_parallel_size > 1 else None,
+        "dtype": cfg.dtype,
+        "max_model_len": cfg.max_model_len,
+        "enforce_eager": cfg.enforce_eager,
+        "seed": cfg.seed,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "disable_log_stats": True,
+    }
