@@ -5,11 +5,20 @@ import asyncio
 import os
 
 import pytest
+from slow_tier import SlowTierWatch, check_slow_marks
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SlowTierWatch(), "rftflow-slow-tier")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    check_slow_marks(items)
 
 
 @pytest.fixture(scope="session")
