@@ -1,4 +1,5 @@
-"""What every config section shares: strict parsing, the sane upper bounds, and paths that must be given."""
+"""What every config section shares: strict parsing, the sane upper bounds, paths that must be given, and
+where the bundled assets the defaults name live."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
+# The bundled tiny models and tasksets, which the defaults point at.
+ASSETS = Path(__file__).resolve().parent.parent / "pipelines" / "assets"
 # Upper bounds that no real run comes near, so a typo fails here and not in vLLM, a loop or a timer.
 MAX_TOKENS = 2**24  # 16M tokens: beyond any model's context
 MAX_SECONDS = 7 * 24 * 3600.0  # a week, for every timeout and interval (threading refuses huge timeouts)

@@ -269,8 +269,16 @@ DATA_PROCESSOR = Section(
             "a task pipeline rewrites the taskset before the run",
             HasAny(("operators", "config_path")),
             otherwise="no operators: the taskset is read as it is",
-            keys=("operators", "num_process", "config_path", "inputs", "output", "target_fields")
-            + ("priority_weights", "top_k"),
+            keys=(
+                "operators",
+                "num_process",
+                "config_path",
+                "inputs",
+                "output",
+                "target_fields",
+                "priority_weights",
+                "top_k",
+            ),
         ),
         "experience_pipeline": Section(
             {
@@ -283,23 +291,53 @@ DATA_PROCESSOR = Section(
         ),
     }
 )
-ALGORITHM_KEYS = ("algorithm_type", "optimizer", "sample_strategy", "sample_strategy_args", "advantage_fn")
-ALGORITHM_KEYS += ("advantage_fn_args", "kl_penalty_fn", "kl_penalty_fn_args", "policy_loss_fn")
-ALGORITHM_KEYS += ("policy_loss_fn_args", "kl_loss_fn", "kl_loss_fn_args", "entropy_loss_fn")
-ALGORITHM_KEYS += ("entropy_loss_fn_args", "loss_agg_mode", "enable_router_replay", "bypass_old_logprobs")
-ALGORITHM_KEYS += ("rollout_correction",)
-TRAINER_KEYS = ("name", "trainer_type", "trainer_strategy", "save_interval", "enable_preview", "total_steps")
-TRAINER_KEYS += ("save_hf_checkpoint", "grad_clip", "use_dynamic_bsz", "use_remove_padding", "balance_batch")
-TRAINER_KEYS += ("critic_warmup", "max_token_len_per_gpu", "ulysses_sequence_parallel_size")
-TRAINER_KEYS += ("fix_actor_microbatch_loss_scale", "param_offload", "optimizer_offload", "grad_offload")
-TRAINER_KEYS += (
+ALGORITHM_KEYS = (
+    "algorithm_type",
+    "optimizer",
+    "sample_strategy",
+    "sample_strategy_args",
+    "advantage_fn",
+    "advantage_fn_args",
+    "kl_penalty_fn",
+    "kl_penalty_fn_args",
+    "policy_loss_fn",
+    "policy_loss_fn_args",
+    "kl_loss_fn",
+    "kl_loss_fn_args",
+    "entropy_loss_fn",
+    "entropy_loss_fn_args",
+    "loss_agg_mode",
+    "enable_router_replay",
+    "bypass_old_logprobs",
+    "rollout_correction",
+)
+TRAINER_KEYS = (
+    "name",
+    "trainer_type",
+    "trainer_strategy",
+    "save_interval",
+    "enable_preview",
+    "total_steps",
+    "save_hf_checkpoint",
+    "grad_clip",
+    "use_dynamic_bsz",
+    "use_remove_padding",
+    "balance_batch",
+    "critic_warmup",
+    "max_token_len_per_gpu",
+    "ulysses_sequence_parallel_size",
+    "fix_actor_microbatch_loss_scale",
+    "param_offload",
+    "optimizer_offload",
+    "grad_offload",
     "offload_policy",
     "save_strategy",
     "max_checkpoints_to_keep",
     "megatron",
     "trust_remote_code",
+    "trainer_config",
+    "trainer_config_path",
 )
-TRAINER_KEYS += ("trainer_config", "trainer_config_path")
 # The whole config, in the order its keys are applied.
 TRINITY = Section(
     {

@@ -77,9 +77,15 @@ class EnvWorkflow(MultiTurnWorkflow):
                 break
             sample = generation.samples[0]
             calls.append(
-                Call(generation.prompt_ids, sample.response_ids, sample.logprobs, generation.model_version,
-                     sample.finish_reason, sample.token_versions)
-            )  # fmt: skip
+                Call(
+                    generation.prompt_ids,
+                    sample.response_ids,
+                    sample.logprobs,
+                    generation.model_version,
+                    sample.finish_reason,
+                    sample.token_versions,
+                )
+            )
             history = [*generation.prompt_ids, *sample.response_ids]
             if len(history) >= limits.budget:
                 finish = "length"

@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from operators.tasks.reader import taskset_files
+from operators.tasks.rows import taskset_files
 from schemas.config import TasksetConfig
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "seed")

@@ -23,7 +23,8 @@ from operators.engine.checkpoints import CheckpointError, TensorMetaMap, tensor_
 from operators.ops.registry import build_op
 from operators.rollout.plugins import load_plugins
 from operators.rollout.reward_registry import get_reward_fn
-from operators.tasks.reader import TasksetPlan, json_type, plan_taskset
+from operators.tasks.reader import TasksetPlan, plan_taskset
+from operators.tasks.rows import json_type
 from operators.workflows.agent import AgentWorkflow
 from operators.workflows.base import load_builtins, workflow_class
 from schemas.config import Config, validate_tree

@@ -15,43 +15,36 @@ import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import ray
-import yaml
 
-from operators.actors.gate import StepGate
-from operators.actors.names import NAMESPACE, answer, on_this_node
-from operators.engine.checkpoints import TensorMetaMap, check_checkpoint
-from operators.rollout.runner import runs_per_task
+from operators.actors.names import NAMESPACE
+from operators.engine.checkpoints import TensorMetaMap
 from operators.sinks.base import open_sink
 from operators.sinks.queue import QueueFeed, open_feed
 from operators.tasks.reader import TasksetPlan
 from pipelines.benchmark.session import benchmark_for_explorer
 from pipelines.control.checks import check_bench_run_dir, check_inputs, check_local_defaults, check_run_dir
 from pipelines.control.eval_schedule import EvalSchedule
-from pipelines.control.fleet import EngineFleet, LoadError, WeightUpdate
-from pipelines.control.metrics import experience_metrics, skipped_rows
-from pipelines.control.plan import explore_dataset
+from pipelines.control.fleet import EngineFleet
 from pipelines.control.resume_check import check_resume
-from pipelines.control.runtime import init_ray
-from pipelines.control.state import ExplorerState, lost_carried, resume_state, save_carried
-from pipelines.control.step_report import StepReporter
-from pipelines.control.steps import CommittedStep, StalenessBound, StepCommitter, committed_task_uids
-from pipelines.control.stream import (
-    DRAIN_GRACE_S,
-    committed_steps,
-    drain_in_background,
-    end_stream,
+from pipelines.control.run_record import (
+    relog_committed_steps,
+    report_lost_carried,
+    report_skipped_rows,
+    write_config,
 )
-from pipelines.control.sync_policy import read_trainer_status, release_boundary, sync_due
+from pipelines.control.runtime import init_ray
+from pipelines.control.state import ExplorerState, resume_state
+from pipelines.control.step_report import StepReporter
+from pipelines.control.steps import CommittedStep
+from pipelines.control.stream import DRAIN_GRACE_S, end_stream, open_stream, release_period, start_behind_gate
 from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
-from pipelines.control.weight_sync import CheckpointSource, SyncOutcome, WeightSyncer, open_weight_source
-from schemas.atomic import atomic_write_text
+from pipelines.control.weight_sync import ExplorerSync, SyncOutcome
 from schemas.config import Config, flatten
-from schemas.run_dir import RunDir, checkpoint_dir_name, trainer_status_path
+from schemas.run_dir import RunDir
 from schemas.run_end import mark_finished, reopen
 from schemas.storage import Location, as_location, base_name, is_remote, make_dirs
 
@@ -94,8 +87,7 @@ class Explorer:
         self.evals = EvalSchedule(config, self.run_dir)
         self.reporter: StepReporter | None = None
         self.gate: Any = None
-        self.hub: Any = None
-        self.syncer: WeightSyncer | None = None
+        self.weights = ExplorerSync(config, self.run_dir, self.name)
 
     @property
     def name(self) -> str:
@@ -130,8 +122,8 @@ class Explorer:
         # The tracking store (seconds of SQLite schema migrations) is set up while the engines load, and a
         # fresh run's first tasks may start before it is ready: their steps commit once it is.
         await asyncio.gather(asyncio.to_thread(self._open_tracking), self._open_engines())
-        self._relog_committed_steps()
-        self._report_lost_carried()
+        relog_committed_steps(self.monitor, self.sink)
+        report_lost_carried(self.monitor, self.run_dir, self.state.latest_step, self.plan.num_steps)
         self.state.save(self.run_dir)
         self.evals.attach(self.fleet, self.monitor, self.eval_plans)
         for step in self.evals.missed(self.state.last_sync_step, self.state.latest_step):
@@ -154,15 +146,15 @@ class Explorer:
             self.monitor.log_params(flatten(cfg))
             self.state.mlflow_run_id = self.monitor.run_id
             self.state.save(self.run_dir)  # at once: a crash from here on resumes this MLflow run
-            self._write_config()
-            self._report_skipped_rows()
+            write_config(cfg, self.run_dir)
+            report_skipped_rows(self.monitor, cfg, self.plan, self.eval_plans)
 
     async def _open_engines(self) -> None:
         """Engines ready on the run's version, the experience queue open and a crashed run's uncommitted
         fragments dropped (those tasks run again); then a fresh run's first period is released. A resumed
         run's waits for the eval or sync its last commit may have missed (`prepare`)."""
         await asyncio.to_thread(self.fleet.wait)
-        await asyncio.to_thread(self._open_weight_source)
+        await asyncio.to_thread(self.weights.open, self.fleet, self.expected, self.state)
         self.fleet.watch(self.config.explorer)
         self.feed = open_feed(
             self.config.buffer.trainer_input.experience_buffer, self.name, self.sink.describe()
@@ -215,10 +207,10 @@ class Explorer:
         self.drained = None
         if self.fleet is not None:
             self.fleet.stop() if self.owned else self.fleet.unwatch()
-        for actor in (self.gate, self.hub):
-            if actor is not None:
-                ray.kill(actor)
-        self.gate = self.hub = None
+        if self.gate is not None:
+            ray.kill(self.gate)
+        self.gate = None
+        self.weights.close()
         self._close_feed(drain=ok)  # a failed run's queue goes at once; its committed steps stay in the store
         self.sink.discard_pending()
         self.sink.close()
@@ -250,120 +242,41 @@ class Explorer:
         self.evals.log_metrics(step, metrics)
         return metrics
 
-    # -- weight sync ------------------------------------------------------------------------------------
+    # -- weight sync (`weight_sync.ExplorerSync`) ---------------------------------------------------------
 
     @property
     def checkpoint_dir(self) -> Path:
-        return Path(self.config.synchronizer.checkpoint_dir or RunDir(self.run_dir).checkpoints).resolve()
+        return self.weights.checkpoint_dir
 
     @property
     def hub_name(self) -> str:
         """The weight hub a trainer publishes to (memory and broadcast): `<run name>/weights`."""
-        return f"{self.name}/weights"
+        return self.weights.hub_name
 
-    def _trainer_status_source(self) -> str | None:
-        sync = self.config.synchronizer
-        if sync.trainer_status or sync.sync_method == "none":
-            return sync.trainer_status
-        if sync.sync_method == "checkpoint":
-            return str(trainer_status_path(self.checkpoint_dir))
-        return f"actor:{self.hub_name}"
+    @property
+    def hub(self) -> Any:
+        """The weight hub actor (memory and broadcast), once `prepare` has opened the weight source."""
+        return self.weights.hub
 
     async def need_sync(self) -> bool:
-        sync = self.config.synchronizer
-        if sync.sync_method == "none":
-            return False
-        trainer = (
-            read_trainer_status(self._trainer_status_source())
-            if sync.sync_style == "dynamic_by_trainer"
-            else None
-        )
-        return sync_due(
-            sync.sync_style,
-            self.state.latest_step,
-            interval=sync.sync_interval,
-            offset=sync.sync_offset,
-            last_sync_step=self.state.last_sync_step,
-            model_version=self.state.model_version,
-            trainer=trainer,
-        )
+        return self.weights.need_sync(self.state)
 
     async def sync_weight(self) -> SyncOutcome:
         """Load the trainer's newest version into every engine, or keep the current one and say why."""
-        if self.syncer is None:
+        if self.weights.syncer is None:
             raise RuntimeError("synchronizer.sync_method is none: there is no weight source to sync from")
         await self.evals.finish(wait=True)  # an eval measures one version
-        sync = self.config.synchronizer
-        if sync.sync_method == "broadcast" and self.syncer.group is None:
-            offer = await asyncio.to_thread(ray.get, self.hub.wait_offer.remote(sync.sync_timeout))
-            if offer is not None:
-                await self.setup_weight_sync_group(offer["master_address"], offer["master_port"])
-        outcome = await asyncio.to_thread(self.syncer.sync, self.state.model_version)
-        self.state.model_version = outcome.version
-        self.state.last_sync_step = self.state.latest_step
-        self.state.save(self.run_dir)  # before the metrics: after a crash, a sync is never logged twice
-        if not outcome.ok:
-            self.state.sync_failures += 1
-            log.warning(
-                "weight sync after step %d unsuccessful, exploring on with version %d: %s",
-                self.state.latest_step,
-                outcome.version,
-                outcome.reason,
-            )
-        self.monitor.log_metrics(outcome.metrics(self.state.sync_failures), self.state.latest_step)
-        if sync.max_staleness is not None:  # what can no longer commit in time stops sampling now
-            floor = self._reference_version() - sync.max_staleness
-            if aborted := await asyncio.to_thread(self.fleet.abort_older_than, floor):
-                log.info("cancelled %d requests sampled before version %d (max_staleness)", aborted, floor)
-        return outcome
+        return await self.weights.sync(self.state, self.monitor)
 
     async def setup_weight_sync_group(
         self, master_address: str, master_port: int, state_dict_meta: list | None = None
     ) -> None:
         """Every engine worker joins the trainer's torch.distributed group (trainer rank 0; gloo or NCCL)."""
-        timeout = self.config.synchronizer.sync_timeout
-        await asyncio.to_thread(self.fleet.open_weight_group, master_address, master_port, timeout)
-        self.syncer.group = {"address": master_address, "port": master_port, "meta": state_dict_meta}
+        await self.weights.join_group(master_address, master_port, state_dict_meta)
 
     async def get_weight(self, name: str):
         """The named parameter as the first engine holds it (vLLM's parameter names, the engine's dtype)."""
         return await asyncio.to_thread(self.fleet.get_weight, name)
-
-    def _open_weight_source(self) -> None:
-        """The configured source, and the engines put back on the version a resumed run had reached."""
-        sync = self.config.synchronizer
-        if sync.sync_method != "none":
-            self.syncer, self.hub = open_weight_source(
-                self.config, self.fleet, self.checkpoint_dir, self.hub_name, self.expected,
-                self._trainer_status_source(),
-            )  # fmt: skip
-        self._align_engines()
-
-    def _align_engines(self) -> None:
-        """Engines run the version the run has reached: a resumed run's (or a shared fleet's) may not."""
-        target = self.state.model_version
-        if self.fleet.version == target:
-            return
-        path = self.checkpoint_dir / checkpoint_dir_name(target)
-        on_disk = self.syncer is not None and isinstance(self.syncer.source, CheckpointSource)
-        if target > 0 and not (on_disk and path.is_dir()):
-            log.warning("version %d is not on disk; going on from the base weights (version 0)", target)
-            target = self.state.model_version = 0
-        if target == 0:
-            path = Path(self.config.model.model_path).resolve()
-        else:
-            check_checkpoint(path, self.expected, root=self.checkpoint_dir)
-        try:  # part of the engines' start: bounded as a replacement's load is, not by sync_timeout
-            self.fleet.load(
-                WeightUpdate(target, "checkpoint", path=path), self.config.explorer.engine_restart_timeout
-            )
-        except LoadError as exc:
-            raise RuntimeError(f"could not load version {target} from {path}: {exc}") from None
-
-    def _reference_version(self) -> int:
-        """The trainer's newest version: what staleness is measured against when a step commits."""
-        newest = self.syncer.source.latest_version() if self.syncer is not None else 0
-        return max(self.state.model_version, newest)
 
     async def save_checkpoint(self, sync_weight: bool = False) -> None:
         """Persist the explorer state (and sync first when asked)."""
@@ -396,35 +309,6 @@ class Explorer:
 
     # -- internals --------------------------------------------------------------------------------------
 
-    def _relog_committed_steps(self) -> None:
-        """Steps committed just before a crash may have missed MLflow; log them once, never twice."""
-        logged = self.monitor.logged_steps("pipeline/experience_count")
-        for step in self.sink.committed_steps():
-            if step not in logged:
-                self.monitor.log_metrics(experience_metrics(self.sink.read_step(step)), step)
-
-    def _report_lost_carried(self) -> None:
-        """Tasks over-rollout moved on from the last committed step die with a crashed run: counted in
-        `rollout/recycle_lost` at the next step and shown, never silently (they are not run again)."""
-        lost = lost_carried(self.run_dir, self.state.latest_step)
-        if lost and self.state.latest_step < self.plan.num_steps:
-            step = self.state.latest_step + 1
-            self.monitor.log_metrics({"rollout/recycle_lost": float(len(lost))}, step)
-            log.warning(
-                "%d tasks that step %d moved on to step %d (over-rollout recycle) were lost with the run "
-                "that sampled them, and are not run again, e.g. %s", len(lost), step - 1, step, lost[:3],
-            )  # fmt: skip
-
-    def _report_skipped_rows(self) -> None:
-        """Rows left out by `on_bad_row: skip`: counted in MLflow at step 0 and shown, never silently."""
-        for name, (count, reasons) in skipped_rows(self.config, self.plan, self.eval_plans).items():
-            self.monitor.log_metrics({f"pipeline/skipped_rows/{name}": float(count)}, 0)
-            log.warning("taskset '%s': skipped %d bad rows, e.g. %s", name, count, reasons)
-
-    def _write_config(self) -> None:
-        text = yaml.safe_dump(self.config.public_dump(), sort_keys=False)
-        atomic_write_text(RunDir(self.run_dir).config, text)
-
     def _publish(self, done: CommittedStep | None = None) -> None:
         """Hand the experience queue every committed step it has not had (a resumed run's too), in order.
 
@@ -448,50 +332,39 @@ class Explorer:
         return f"{self.name}/gate"
 
     def _start_stream(self) -> None:
-        """The step gate actor, closed (every step after the last committed one waits), and the training
-        dataset draining behind it."""
-        gate = ray.remote(StepGate).options(
-            name=self.gate_name, namespace=NAMESPACE, num_cpus=0, **on_this_node()
+        """The step gate, closed, and the training dataset draining behind it (`stream.start_behind_gate`)."""
+        self.gate, self.drained = start_behind_gate(
+            self.config, self.plan, self.fleet.names, self.sink.root, self.gate_name, self.state.latest_step
         )
-        self.gate = gate.remote(self.state.latest_step)
-        first = self.state.latest_step + 1
-        dataset = explore_dataset(
-            self.config, self.plan, self.fleet.names, self.sink.root, self.gate_name, first
-        )
-        self.drained = drain_in_background(dataset)
 
     def _release_period(self) -> None:
-        sync = self.config.synchronizer
-        upto = release_boundary(
-            sync.sync_method,
-            sync.sync_style,
-            latest_step=self.state.latest_step,
-            num_steps=self.plan.num_steps,
-            interval=sync.sync_interval,
-            offset=sync.sync_offset,
-            max_staleness=sync.max_staleness,
-            partial=sync.partial_rollout,
-        )
-        answer(self.gate.release.remote(upto), "the step gate (release a period)")
+        release_period(self.config, self.gate, self.state.latest_step, self.plan.num_steps)
 
     def _open_stream(self) -> None:
         """The committed-step stream from the step after the last committed one, over the drain started
         behind the gate (`_start_stream`)."""
-        cfg, first = self.config, self.state.latest_step + 1
+        first = self.state.latest_step + 1
         self.reporter = StepReporter(
-            cfg, self.monitor, self.plan.total_tasks, self.plan.num_steps, first, self.progress,
+            self.config,
+            self.monitor,
+            self.plan.total_tasks,
+            self.plan.num_steps,
+            first,
+            self.progress,
             self.fleet.counters,
-        )  # fmt: skip
-        repeats = runs_per_task(
-            cfg.buffer.explorer_input.taskset.repeat_times, cfg.explorer.max_repeat_times_per_runner
         )
-        staleness = StalenessBound(cfg.synchronizer.max_staleness, self._reference_version)
-        committer = StepCommitter(
-            self.plan, self.sink, first_step=first, rows_per_task=repeats, staleness=staleness,
-            committed_uids=committed_task_uids(self.sink) if first > 1 else None,
-            on_deferred=partial(save_carried, self.run_dir) if cfg.explorer.over_rollout.recycle else None,
-        )  # fmt: skip
-        self.stream = committed_steps(committer, self.drained, self.gate, self.fleet, self.reporter.reported)
+        self.stream = open_stream(
+            self.config,
+            self.plan,
+            self.sink,
+            self.run_dir,
+            first,
+            gate=self.gate,
+            drained=self.drained,
+            fleet=self.fleet,
+            on_records=self.reporter.reported,
+            reference_version=lambda: self.weights.reference_version(self.state),
+        )
 
     def _close_bar(self) -> None:
         if self.reporter is not None:

@@ -1,5 +1,6 @@
-"""The training stream on the driver: run the Ray Data plan, collect the rollout batches' reports through the
-step gate, and yield each step as the committer commits it."""
+"""The training stream on the driver: start the Ray Data plan behind the step gate, release it a period at
+a time, collect the rollout batches' reports through the gate, and yield each step as the committer commits
+it."""
 
 from __future__ import annotations
 
@@ -8,13 +9,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 
-from operators.actors.names import answer
+from operators.actors.gate import StepGate
+from operators.actors.names import NAMESPACE, answer, on_this_node
+from operators.rollout.runner import runs_per_task
+from operators.sinks.base import Sink
+from operators.tasks.reader import TasksetPlan
 from pipelines.control.fleet import Fleet
-from pipelines.control.steps import CommittedStep, StepCommitter
+from pipelines.control.state import save_carried
+from pipelines.control.steps import CommittedStep, StalenessBound, StepCommitter, committed_task_uids
+from pipelines.control.sync_policy import release_boundary
+from schemas.config import Config
+from schemas.storage import Location
 
 COLLECT_WAIT_S = 0.5  # how long one collect call waits on the gate for reports
 DRAIN_WAIT_S = 60.0  # how long a shutdown waits for the stream's execution to end once its actors are gone
@@ -22,6 +32,74 @@ DRAIN_GRACE_S = 10.0  # how long a finished run's stream may take to end by itse
 KILL_POLL_S = 0.5  # while a stream ends: how often the gate is asked for forwarders that enlisted since
 
 log = logging.getLogger(__name__)
+
+
+def start_behind_gate(
+    cfg: Config,
+    plan: TasksetPlan,
+    engine_names: list[str],
+    sink_root: Location,
+    gate_name: str,
+    latest_step: int,
+) -> tuple[Any, Future]:
+    """The step gate actor, closed (every step after `latest_step`, the last committed one, waits), and the
+    training dataset draining behind it (`drain_in_background`)."""
+    import ray  # heavy, deferred: the stream's helpers import without Ray
+
+    from pipelines.control.plan import explore_dataset  # deferred: the plan imports Ray Data
+
+    gate = ray.remote(StepGate).options(name=gate_name, namespace=NAMESPACE, num_cpus=0, **on_this_node())
+    handle = gate.remote(latest_step)
+    dataset = explore_dataset(cfg, plan, engine_names, sink_root, gate_name, latest_step + 1)
+    return handle, drain_in_background(dataset)
+
+
+def release_period(cfg: Config, gate: Any, latest_step: int, num_steps: int) -> None:
+    """Open the gate up to the end of the period `latest_step` is in (`sync_policy.release_boundary`)."""
+    sync = cfg.synchronizer
+    upto = release_boundary(
+        sync.sync_method,
+        sync.sync_style,
+        latest_step=latest_step,
+        num_steps=num_steps,
+        interval=sync.sync_interval,
+        offset=sync.sync_offset,
+        max_staleness=sync.max_staleness,
+        partial=sync.partial_rollout,
+    )
+    answer(gate.release.remote(upto), "the step gate (release a period)")
+
+
+def open_stream(
+    cfg: Config,
+    plan: TasksetPlan,
+    sink: Sink,
+    run_dir: Location,
+    first: int,
+    *,
+    gate: Any,
+    drained: Future,
+    fleet: Fleet,
+    on_records: Callable[[pa.Table], None],
+    reference_version: Callable[[], int],
+) -> Iterator[CommittedStep]:
+    """The committed-step stream from step `first`, over the gate and drain `start_behind_gate` started.
+
+    `reference_version` gives the trainer's newest version, what the staleness bound measures against; a run
+    with over-rollout recycling records the tasks each step moves on (`save_carried`)."""
+    repeats = runs_per_task(
+        cfg.buffer.explorer_input.taskset.repeat_times, cfg.explorer.max_repeat_times_per_runner
+    )
+    committer = StepCommitter(
+        plan,
+        sink,
+        first_step=first,
+        rows_per_task=repeats,
+        staleness=StalenessBound(cfg.synchronizer.max_staleness, reference_version),
+        committed_uids=committed_task_uids(sink) if first > 1 else None,
+        on_deferred=partial(save_carried, run_dir) if cfg.explorer.over_rollout.recycle else None,
+    )
+    return committed_steps(committer, drained, gate, fleet, on_records)
 
 
 def drain_in_background(dataset: Any) -> Future:

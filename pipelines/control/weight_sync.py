@@ -1,4 +1,6 @@
-"""Driver side of weight sync: find a newer version, check it, load it into every engine, or say why not.
+"""Driver side of weight sync: find a newer version, check it, load it into every engine, or say why not;
+and the explorer's side of it (`ExplorerSync`): when a sync falls due, the version the engines start on, and
+the run's record of each sync.
 
 A sync never hangs and never half-happens. Waiting for a newer version is bounded by `sync_timeout` and ends
 early when the trainer says it has stopped; a version that fails its checks is refused before any engine sees
@@ -8,11 +10,12 @@ run one version. Only when there is nothing on disk to go back to (memory and br
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -20,9 +23,14 @@ from operators.actors.hub import WeightHub
 from operators.actors.names import NAMESPACE, answer, on_this_node
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, find_checkpoints
 from pipelines.control.fleet import Fleet, LoadError, WeightUpdate
-from pipelines.control.sync_policy import read_trainer_status
+from pipelines.control.state import ExplorerState
+from pipelines.control.sync_policy import read_trainer_status, sync_due
 from schemas.config import Config
-from schemas.run_dir import trainer_status_path
+from schemas.run_dir import RunDir, checkpoint_dir_name, trainer_status_path
+from schemas.storage import Location
+
+if TYPE_CHECKING:  # the monitor's module imports MLflow; the syncer's users (tests, benchmarks) need not
+    from pipelines.control.tracking import MlflowMonitor
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2
@@ -187,3 +195,130 @@ def open_weight_source(
         answer(hub.set_workers.remote(tp * len(fleet.names), fleet.group_backend), "the weight hub (set up)")
         source = HubSource(hub, sync.sync_method, expected)
     return WeightSyncer(source, fleet, sync.sync_timeout, preempt=sync.partial_rollout), hub
+
+
+class ExplorerSync:
+    """The explorer's weight sync: the trainer's status and weight source, when a sync is due, the version the
+    engines start on, and each sync's record in the run's state and metrics.
+
+    Made with the explorer; `open` (once the engines are up) makes the weight source, so before it there is
+    nothing to sync from.
+    """
+
+    def __init__(self, cfg: Config, run_dir: Location, run_name: str):
+        self.config, self.run_dir = cfg, run_dir
+        self.hub_name = f"{run_name}/weights"  # the weight hub a trainer publishes to (memory and broadcast)
+        self.syncer: WeightSyncer | None = None
+        self.hub: Any = None
+        self.fleet: Fleet | None = None
+        self.expected: TensorMetaMap = {}
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.config.synchronizer.checkpoint_dir or RunDir(self.run_dir).checkpoints).resolve()
+
+    def trainer_status_source(self) -> str | None:
+        sync = self.config.synchronizer
+        if sync.trainer_status or sync.sync_method == "none":
+            return sync.trainer_status
+        if sync.sync_method == "checkpoint":
+            return str(trainer_status_path(self.checkpoint_dir))
+        return f"actor:{self.hub_name}"
+
+    def need_sync(self, state: ExplorerState) -> bool:
+        sync = self.config.synchronizer
+        if sync.sync_method == "none":
+            return False
+        trainer = (
+            read_trainer_status(self.trainer_status_source())
+            if sync.sync_style == "dynamic_by_trainer"
+            else None
+        )
+        return sync_due(
+            sync.sync_style,
+            state.latest_step,
+            interval=sync.sync_interval,
+            offset=sync.sync_offset,
+            last_sync_step=state.last_sync_step,
+            model_version=state.model_version,
+            trainer=trainer,
+        )
+
+    def open(self, fleet: Fleet, expected: TensorMetaMap, state: ExplorerState) -> None:
+        """The configured source, and the engines put back on the version a resumed run had reached."""
+        self.fleet, self.expected = fleet, expected
+        if self.config.synchronizer.sync_method != "none":
+            self.syncer, self.hub = open_weight_source(
+                self.config,
+                fleet,
+                self.checkpoint_dir,
+                self.hub_name,
+                expected,
+                self.trainer_status_source(),
+            )
+        self.align_engines(state)
+
+    def align_engines(self, state: ExplorerState) -> None:
+        """Engines run the version the run has reached: a resumed run's (or a shared fleet's) may not."""
+        target = state.model_version
+        if self.fleet.version == target:
+            return
+        path = self.checkpoint_dir / checkpoint_dir_name(target)
+        on_disk = self.syncer is not None and isinstance(self.syncer.source, CheckpointSource)
+        if target > 0 and not (on_disk and path.is_dir()):
+            log.warning("version %d is not on disk; going on from the base weights (version 0)", target)
+            target = state.model_version = 0
+        if target == 0:
+            path = Path(self.config.model.model_path).resolve()
+        else:
+            check_checkpoint(path, self.expected, root=self.checkpoint_dir)
+        try:  # part of the engines' start: bounded as a replacement's load is, not by sync_timeout
+            self.fleet.load(
+                WeightUpdate(target, "checkpoint", path=path), self.config.explorer.engine_restart_timeout
+            )
+        except LoadError as exc:
+            raise RuntimeError(f"could not load version {target} from {path}: {exc}") from None
+
+    def reference_version(self, state: ExplorerState) -> int:
+        """The trainer's newest version: what staleness is measured against when a step commits."""
+        newest = self.syncer.source.latest_version() if self.syncer is not None else 0
+        return max(state.model_version, newest)
+
+    async def join_group(self, master_address: str, master_port: int, state_dict_meta: list | None) -> None:
+        """Every engine worker joins the trainer's torch.distributed group (trainer rank 0; gloo or NCCL)."""
+        timeout = self.config.synchronizer.sync_timeout
+        await asyncio.to_thread(self.fleet.open_weight_group, master_address, master_port, timeout)
+        self.syncer.group = {"address": master_address, "port": master_port, "meta": state_dict_meta}
+
+    async def sync(self, state: ExplorerState, monitor: MlflowMonitor) -> SyncOutcome:
+        """Load the trainer's newest version into every engine, or keep the current one and say why; the
+        state is saved before the metrics are logged, so after a crash a sync is never logged twice."""
+        sync = self.config.synchronizer
+        if sync.sync_method == "broadcast" and self.syncer.group is None:
+            offer = await asyncio.to_thread(ray.get, self.hub.wait_offer.remote(sync.sync_timeout))
+            if offer is not None:
+                await self.join_group(offer["master_address"], offer["master_port"], None)
+        outcome = await asyncio.to_thread(self.syncer.sync, state.model_version)
+        state.model_version = outcome.version
+        state.last_sync_step = state.latest_step
+        state.save(self.run_dir)
+        if not outcome.ok:
+            state.sync_failures += 1
+            log.warning(
+                "weight sync after step %d unsuccessful, exploring on with version %d: %s",
+                state.latest_step,
+                outcome.version,
+                outcome.reason,
+            )
+        monitor.log_metrics(outcome.metrics(state.sync_failures), state.latest_step)
+        if sync.max_staleness is not None:  # what can no longer commit in time stops sampling now
+            floor = self.reference_version(state) - sync.max_staleness
+            if aborted := await asyncio.to_thread(self.fleet.abort_older_than, floor):
+                log.info("cancelled %d requests sampled before version %d (max_staleness)", aborted, floor)
+        return outcome
+
+    def close(self) -> None:
+        """End the weight hub actor `open` made, if any."""
+        if self.hub is not None:
+            ray.kill(self.hub)
+        self.hub = None

@@ -23,6 +23,7 @@ import pytest
 from pydantic import BaseModel
 
 import operators.tasks.reader as reader
+import operators.tasks.rows as rows
 from pipelines.control.checks import check_inputs, check_model_dir, vllm_architectures
 from schemas.config import DEFAULT_MODEL, Config, TasksetConfig, load_config
 from schemas.errors import InputError
@@ -266,9 +267,9 @@ def test_a_file_that_cannot_be_opened_is_an_input_error_naming_it(tmp_path, monk
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(reader.os, "open", denied)  # running as root, chmod would not stop the read
+    monkeypatch.setattr(rows.os, "open", denied)  # running as root, chmod would not stop the read
     with pytest.raises(InputError) as info:
-        list(reader.iter_raw_rows(path, 1 << 20))
+        list(rows.iter_raw_rows(path, 1 << 20))
     assert info.value.file == str(path) and "Permission denied" in str(info.value)
 
 
@@ -277,14 +278,14 @@ def test_a_directory_or_a_fifo_read_as_rows_is_refused_without_blocking(tmp_path
     fifo = tmp_path / "late.jsonl"
     os.mkfifo(fifo)
     for path, kind in [(fifo, "named pipe"), (tmp_path, "a directory")]:
-        err = in_time(lambda p=path: list(reader.iter_raw_rows(p, 1 << 20)))
+        err = in_time(lambda p=path: list(rows.iter_raw_rows(p, 1 << 20)))
         assert isinstance(err, InputError) and err.file == str(path) and kind in str(err)
 
 
 def test_a_read_error_in_the_middle_of_a_file_names_it(tmp_path, monkeypatch):
     path = tmp_path / "tasks.jsonl"
     path.write_text(ROW * 3)
-    real = reader.open_taskset_file
+    real = rows.open_taskset_file
 
     class Failing:
         def __init__(self, handle):
@@ -302,9 +303,9 @@ def test_a_read_error_in_the_middle_of_a_file_names_it(tmp_path, monkeypatch):
                 raise OSError(5, "Input/output error")
             return self.handle.readline(limit)
 
-    monkeypatch.setattr(reader, "open_taskset_file", lambda file: Failing(real(file)))
+    monkeypatch.setattr(rows, "open_taskset_file", lambda file: Failing(real(file)))
     with pytest.raises(InputError) as info:
-        list(reader.iter_raw_rows(path, 1 << 20))
+        list(rows.iter_raw_rows(path, 1 << 20))
     assert info.value.file == str(path) and "Input/output error" in str(info.value)
 
 

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from unit_factories import qa_rows
 
-from operators.tasks.reader import TasksetPlan, iter_task_tables, list_files, plan_taskset, read_units
+from operators.tasks.reader import TasksetPlan, iter_task_tables, plan_taskset, read_units
+from operators.tasks.rows import list_files
 from schemas.config import FormatConfig, RolloutArgs, TasksetConfig
 from schemas.errors import InputError
 from schemas.task import TASK_SCHEMA, tasks_from_table
