@@ -1,4 +1,4 @@
-"""`from pipelines.explorer import Explorer`, as in the reference; the class is in `pipelines.control`."""
+"""`from pipelines.explorer import Explorer`, as in Trinity-RFT; the class is in `pipelines.control`."""
 
 from pipelines.control.explorer import Explorer
 

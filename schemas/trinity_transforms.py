@@ -2,7 +2,7 @@
 Trinity key's value into rftflow's, reading the other keys its meaning depends on, as Trinity's validator
 does.
 
-Where the two systems' defaults differ, the reference's apply (Trinity's configs were written against them).
+Where the two systems' defaults differ, Trinity-RFT's apply (Trinity's configs were written against them).
 """
 
 from __future__ import annotations
@@ -154,8 +154,8 @@ def sync_method(value: str, t: Translation, where: str) -> str:
     if value not in SYNC_METHODS:
         t.refuse(where, f"unknown method {value!r}")
     native = SYNC_METHODS[value]
-    if native == "broadcast":  # only the explorer runs here: the reference syncs by checkpoint then
-        t.notice(f"{where} {value}: checkpoint, as the reference's explore mode")
+    if native == "broadcast":  # only the explorer runs here: Trinity-RFT syncs by checkpoint then
+        t.notice(f"{where} {value}: checkpoint, as Trinity-RFT's explore mode")
         return "checkpoint"
     return native
 
@@ -179,7 +179,7 @@ def mlflow_uri(value: dict[str, Any], t: Translation, where: str) -> str | None:
 
 
 def operator_name(value: str, t: Translation, where: str) -> str:
-    """Only the reference's two reward filters: any other operator would write different experiences."""
+    """Only Trinity-RFT's two reward filters: any other operator would write different experiences."""
     if value not in OPERATORS:
         t.refuse(parent(where), f"experience operator {value!r} changes what is written")
     return OPERATORS[value][0]

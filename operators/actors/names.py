@@ -37,7 +37,7 @@ def on_this_node() -> dict[str, Any]:
 ACTOR_CALL_S = 60.0  # a small named actor (gate, hub, queue) that does not answer in a minute is gone
 
 
-def answer(ref: Any, what: str, timeout: float = ACTOR_CALL_S) -> Any:
+def get_within(ref: Any, what: str, timeout: float = ACTOR_CALL_S) -> Any:
     """`ray.get` with a deadline: no wait without one, and the message names what was waited for."""
     import ray  # heavy, deferred: the driver's modules import without Ray
 

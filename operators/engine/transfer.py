@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from operators.actors.names import answer
+from operators.actors.names import get_within
 
 if TYPE_CHECKING:
     import torch
@@ -100,7 +100,7 @@ def stage_state_dict(state: dict[str, torch.Tensor] | list[Any]) -> Path:
     from safetensors.torch import save_file  # heavy (imports torch), deferred: as torch
 
     if isinstance(state, list):
-        state = answer(state[0], "the state dict from Ray's object store", STATE_FETCH_S)
+        state = get_within(state[0], "the state dict from Ray's object store", STATE_FETCH_S)
     tensors = {name: t.detach().contiguous().cpu() for name, t in state.items()}
     needed = sum(t.numel() * t.element_size() for t in tensors.values())
     shm = Path("/dev/shm")

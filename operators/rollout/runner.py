@@ -1,4 +1,4 @@
-"""Runs tasks' workflows as the reference scheduler does, and always returns a result row per sub-run.
+"""Runs tasks' workflows as Trinity-RFT's scheduler does, and always returns a result row per sub-run.
 
 - A task's repeats are split into sub-runs of at most `max_repeat_times_per_runner`, with run ids kept
   `0..repeat_times-1`; each sub-run is retried on its own and yields its own result row, ok or failed.

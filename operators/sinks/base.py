@@ -15,7 +15,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from operators.sinks.marked import MarkedParquetSink
+from operators.sinks.object_store import MarkedParquetSink
 from operators.sinks.parquet import ParquetSink
 from operators.sinks.sql import SqlSink
 from schemas.config import SQL_NAME_MAX, ExperienceBufferConfig
@@ -69,8 +69,8 @@ SQL_PATH_KEY = "buffer.trainer_input.experience_buffer.path"
 def open_sink(cfg: ExperienceBufferConfig, run_dir: Location) -> Sink:
     """The sink of the run in `run_dir` (whose name is the run name); nothing is opened until first used.
 
-    On an object store the Parquet sink commits by marker (`operators.sinks.marked`), and the SQL sink needs
-    a database URL: its default, a SQLite file in the run dir, needs a local disk.
+    On an object store the Parquet sink commits by marker (`operators.sinks.object_store`), and the SQL sink
+    needs a database URL: its default, a SQLite file in the run dir, needs a local disk.
     """
     remote = is_remote(run_dir)
     run_dir = as_location(run_dir) if remote else Path(run_dir).resolve()

@@ -4,8 +4,8 @@ Writers (Ray Data tasks) put fragments under `experiences/_pending/step_N/`; the
 all its tasks have reported, by renaming the step's directory to `experiences/step_N/` (atomic on one
 filesystem). Only fragments named by a task record are kept, so a retried writer never duplicates rows.
 Readers see committed steps only: `pyarrow.parquet.read_table(run_dir / "experiences")` skips `_pending`.
-On an object store, which has no rename, the commit is a marker object instead (`operators.sinks.marked`); the
-fragment helpers here take either kind of location (`schemas.storage`).
+On an object store, which has no rename, the commit is a marker object instead
+(`operators.sinks.object_store`); the fragment helpers here take either kind of location (`schemas.storage`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators.actors.names import ACTOR_CALL_S, NAMESPACE, answer, on_this_node
+from operators.actors.names import ACTOR_CALL_S, NAMESPACE, get_within, on_this_node
 from operators.sinks.base import Sink
 from schemas.config import ExperienceBufferConfig
 
@@ -129,16 +129,16 @@ class QueueFeed:
 
         deadline = time.monotonic() + self.timeout
         try:
-            if drain and answer(
+            if drain and get_within(
                 self.actor.put.remote(END, self.timeout), self.name, self.timeout + ACTOR_CALL_S
             ):
                 left = max(0.0, deadline - time.monotonic())
-                answer(
+                get_within(
                     self.actor.wait_reader.remote(left),
                     f"{self.name} (wait for the reader)",
                     left + ACTOR_CALL_S,
                 )
-            return answer(self.actor.size.remote(), f"{self.name} (size)")
+            return get_within(self.actor.size.remote(), f"{self.name} (size)")
         finally:
             ray.kill(self.actor)
             self._wait_gone()
@@ -212,7 +212,7 @@ class QueueReader:
         import ray  # heavy, deferred: the driver and the trainer import this module without Ray
 
         try:
-            return answer(actor.get.remote(self.poll_s), self.name, self.poll_s + ACTOR_CALL_S)
+            return get_within(actor.get.remote(self.poll_s), self.name, self.poll_s + ACTOR_CALL_S)
         except ray.exceptions.RayActorError:
             raise RuntimeError(
                 f"the experience queue {self.name} went away before the end of its stream: the explorer "

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 
 class Explorer:
-    """Explores a taskset on vLLM engines: the reference API, async where the reference is async."""
+    """Explores a taskset on vLLM engines: Trinity-RFT's API, async where Trinity-RFT's is async."""
 
     def __init__(
         self,
@@ -288,7 +288,7 @@ class Explorer:
         """Benchmark the checkpoints in `checkpoint_dir` on the eval tasksets (see `pipelines.benchmark`).
 
         `bench_on_latest_checkpoint`: only the newest; `eval_on_startup`: the base model too (both when both
-        are set, where the reference drops the base). True when no checkpoint failed. After `prepare()` the
+        are set, where Trinity-RFT drops the base). True when no checkpoint failed. After `prepare()` the
         child runs nest under this run and the engines go back to its version; without it, engines start
         here (and stop at `shutdown()`) and the benchmark makes a parent run of its own.
         """

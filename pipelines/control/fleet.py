@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from operators.actors.names import ACTOR_CALL_S, answer
+from operators.actors.names import ACTOR_CALL_S, get_within
 from pipelines.control.launch import EngineLauncher, check_resources, launch_when_free, resolve_device
 from schemas.config import Config, ExplorerConfig
 
@@ -272,7 +272,7 @@ class EngineFleet:
     def get_weight(self, name: str) -> Any:
         """The named parameter as the first engine holds it (vLLM's parameter names, the engine's dtype)."""
 
-        return answer(self.handles[0].get_weight.remote(name), f"{self.names[0]} (get_weight {name})")
+        return get_within(self.handles[0].get_weight.remote(name), f"{self.names[0]} (get_weight {name})")
 
     @property
     def group_backend(self) -> str:
@@ -288,7 +288,7 @@ class EngineFleet:
             for i, engine in enumerate(self.handles)
         ]
         with self.lock:
-            answer(calls, "the engines (join the weight-sync group)", timeout + ACTOR_CALL_S)
+            get_within(calls, "the engines (join the weight-sync group)", timeout + ACTOR_CALL_S)
             self.group = {"address": address, "port": port}
 
     def counters(self) -> dict[str, float]:

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from operators.actors.gate import StepGate
-from operators.actors.names import NAMESPACE, answer, on_this_node
+from operators.actors.names import NAMESPACE, get_within, on_this_node
 from operators.rollout.runner import runs_per_task
 from operators.sinks.base import Sink
 from operators.tasks.reader import TasksetPlan
@@ -67,7 +67,7 @@ def release_period(cfg: Config, gate: Any, latest_step: int, num_steps: int) -> 
         max_staleness=sync.max_staleness,
         partial=sync.partial_rollout,
     )
-    answer(gate.release.remote(upto), "the step gate (release a period)")
+    get_within(gate.release.remote(upto), "the step gate (release a period)")
 
 
 def open_stream(
@@ -134,7 +134,9 @@ def end_stream(gate: Any, drained: Future | None, grace: float = 0.0) -> list[st
     import ray  # heavy, deferred: the stream's helpers import without Ray
 
     def enlisted() -> dict[str, Any]:
-        return answer(gate.forwarders.remote(), "the step gate (its forwarders)") if gate is not None else {}
+        if gate is None:
+            return {}
+        return get_within(gate.forwarders.remote(), "the step gate (its forwarders)")
 
     killed = enlisted()
     if drained is not None and not wait([drained], timeout=grace).not_done:
@@ -169,7 +171,7 @@ def committed_steps(
         if fleet.error is not None:
             raise fleet.error
         finished = drained.done()  # read before collecting, so reports sent before the end are seen
-        for records in answer(gate.collect.remote(COLLECT_WAIT_S), "the step gate (collect reports)"):
+        for records in get_within(gate.collect.remote(COLLECT_WAIT_S), "the step gate (collect reports)"):
             on_records(records)
             yield from committer.add(records)
         if finished and not committer.done:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import Any
 
-from operators.actors.names import answer
+from operators.actors.names import get_within
 from pipelines.control.tracking import MlflowMonitor
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class TrainerLog:
     def fetch(self) -> list[dict[str, float]]:
         """The metrics of the steps trained since those logged (a blocking actor call). Only `log` moves on:
         a fetch cut short by cancellation is fetched again."""
-        return answer(self.actor.metrics_since.remote(self.taken), "the trainer (its metrics)")
+        return get_within(self.actor.metrics_since.remote(self.taken), "the trainer (its metrics)")
 
     def log(self, entries: list[dict[str, float]]) -> None:
         self.taken += len(entries)

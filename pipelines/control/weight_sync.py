@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from operators.actors.hub import WeightHub
-from operators.actors.names import NAMESPACE, answer, on_this_node
+from operators.actors.names import NAMESPACE, get_within, on_this_node
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, find_checkpoints
 from pipelines.control.fleet import Fleet, LoadError, WeightUpdate
 from pipelines.control.state import ExplorerState
@@ -115,7 +115,7 @@ class HubSource:
         self.hub, self.kind, self.expected = hub, kind, expected
 
     def latest_version(self) -> int:
-        return answer(self.hub.latest_version.remote(), "the weight hub (latest version)")
+        return get_within(self.hub.latest_version.remote(), "the weight hub (latest version)")
 
     def next_update(self, current: int, timeout: float) -> WeightUpdate | None:
         found = ray.get(self.hub.wait_newer.remote(current, timeout))
@@ -192,7 +192,8 @@ def open_weight_source(
         )
         hub = actor.remote()
         tp = cfg.explorer.rollout_model.tensor_parallel_size
-        answer(hub.set_workers.remote(tp * len(fleet.names), fleet.group_backend), "the weight hub (set up)")
+        workers = tp * len(fleet.names)
+        get_within(hub.set_workers.remote(workers, fleet.group_backend), "the weight hub (set up)")
         source = HubSource(hub, sync.sync_method, expected)
     return WeightSyncer(source, fleet, sync.sync_timeout, preempt=sync.partial_rollout), hub
 

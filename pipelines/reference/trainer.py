@@ -32,7 +32,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from operators.actors.names import ACTOR_CALL_S, NAMESPACE, answer
+from operators.actors.names import ACTOR_CALL_S, NAMESPACE, get_within
 from operators.engine.checkpoints import find_checkpoints, tensor_meta, write_checkpoint
 from operators.engine.transfer import meta_of, open_group, send
 from operators.sinks.queue import QueueReader
@@ -157,7 +157,7 @@ class Trainer:
         elif method == "memory":
             state = self.state_dict()
             payload = {"kind": "memory", "state": [ray.put(state)], "meta": meta_of(state)}
-            answer(self._hub().publish.remote(self.version, payload), "the weight hub (publish)")
+            get_within(self._hub().publish.remote(self.version, payload), "the weight hub (publish)")
         else:
             self._broadcast()
 
@@ -167,7 +167,7 @@ class Trainer:
         if self.group is None:
             self.group, self.device = self._open_group()
         state = {name: t.to(self.device) for name, t in self.state_dict().items()}
-        answer(
+        get_within(
             self._hub().publish.remote(self.version, {"kind": "broadcast", "meta": meta_of(state)}),
             "the weight hub",
         )
@@ -177,7 +177,7 @@ class Trainer:
         """Rank 0 of the explorer's group, on its engines' backend; returns the group and the send device."""
 
         hub = self._hub()
-        workers = answer(
+        workers = get_within(
             hub.wait_workers.remote(self.options.timeout),
             "the weight hub",
             self.options.timeout + ACTOR_CALL_S,
@@ -186,12 +186,12 @@ class Trainer:
             raise RuntimeError(
                 f"no explorer registered on {self.options.hub_name} within {self.options.timeout}s"
             )
-        backend = answer(hub.group_backend.remote(), "the weight hub (group backend)")
+        backend = get_within(hub.group_backend.remote(), "the weight hub (group backend)")
         if backend == "nccl" and not torch.cuda.is_available():
             raise RuntimeError("the explorer's engines use NCCL (GPUs): broadcast needs a trainer on a GPU")
         address = ray.util.get_node_ip_address()
         port = free_port()
-        answer(hub.offer_group.remote(address, port), "the weight hub (offer the group)")
+        get_within(hub.offer_group.remote(address, port), "the weight hub (offer the group)")
         group = open_group(address, port, 0, 1 + workers, backend, self.options.timeout)
         return group, "cuda" if backend == "nccl" else "cpu"
 
@@ -207,7 +207,7 @@ class Trainer:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(path, {"state": state, "version": self.version})
         else:
-            answer(self._hub().set_status.remote(state), "the weight hub (status)")
+            get_within(self._hub().set_status.remote(state), "the weight hub (status)")
 
 
 def free_port() -> int:

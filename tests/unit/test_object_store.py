@@ -13,7 +13,7 @@ import pytest
 from unit_factories import fragments_of, make_results
 
 from operators.sinks.base import open_sink
-from operators.sinks.marked import MarkedParquetSink
+from operators.sinks.object_store import MarkedParquetSink
 from operators.sinks.parquet import write_fragments
 from operators.sinks.reader import ExperienceReader, open_reader
 from pipelines.control.checks import check_local_defaults, check_run_dir
@@ -93,7 +93,7 @@ def test_a_crash_between_fragments_and_marker_is_invisible_then_redone_once(run_
     def crash(folder, names):
         raise SimulatedCrash(folder)
 
-    monkeypatch.setattr("operators.sinks.marked.write_commit_marker", crash)
+    monkeypatch.setattr("operators.sinks.object_store.write_commit_marker", crash)
     first_try = write_step(sink, 2, "cd")
     with pytest.raises(SimulatedCrash):
         sink.commit_step(2, first_try)

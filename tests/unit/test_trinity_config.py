@@ -55,9 +55,7 @@ def test_every_explorer_side_key_maps_to_its_meaning(trinity_env, caplog):
     assert taskset.rollout_args.temperature == 0.9 and taskset.rollout_args.top_p == 0.95
     assert (taskset.default_workflow_type, taskset.default_reward_fn_type) == ("math", "math_accuracy")
     [eval_set] = cfg.buffer.explorer_input.eval_tasksets
-    assert (
-        eval_set.path == DEFAULT_TRAIN and eval_set.repeat_times == 1
-    )  # ${a.b}; the reference's eval default
+    assert eval_set.path == DEFAULT_TRAIN and eval_set.repeat_times == 1  # ${a.b}; Trinity-RFT's eval default
     assert eval_set.default_workflow_type == "math_boxed"
     rollout = cfg.explorer.rollout_model
     assert (rollout.max_model_len, rollout.engine_num, rollout.dtype, rollout.seed) == (
@@ -66,7 +64,7 @@ def test_every_explorer_side_key_maps_to_its_meaning(trinity_env, caplog):
         "bfloat16",
         42,
     )
-    assert cfg.explorer.max_timeout == 1800 and cfg.explorer.runner_per_model == 8  # the reference's default
+    assert cfg.explorer.max_timeout == 1800 and cfg.explorer.runner_per_model == 8  # Trinity-RFT's default
     assert cfg.synchronizer.sync_method == "checkpoint"  # nccl, with only the explorer running here
     assert cfg.synchronizer.sync_style == "dynamic_by_trainer" and cfg.synchronizer.sync_timeout == 3600
     assert cfg.synchronizer.checkpoint_dir == trinity_env / "ckpts" / "Trinity-RFT-gsm8k" / "grpo-gsm8k"
@@ -196,7 +194,7 @@ def test_the_reference_reward_filters_become_experience_ops(trinity_env):
     cfg = load_config(variant(trinity_env, data_processor={"experience_pipeline": {"operators": operators}}))
     ops = [op.model_dump() for op in cfg.buffer.explorer_input.experience_ops]
     assert ops == [
-        {"name": "reward_filter", "args": {"min_reward": 0.5}},  # the reference keeps reward >= threshold
+        {"name": "reward_filter", "args": {"min_reward": 0.5}},  # Trinity-RFT keeps reward >= threshold
         {"name": "reward_std_filter", "args": {"threshold": 0.0}},  # and groups whose std is above it
     ]
 
