@@ -3,6 +3,7 @@ engine and one engine actor per session at most (an engine start takes 15-40 s).
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 from slow_tier import SlowTierWatch, check_slow_marks
@@ -12,13 +13,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+UNIT_TIER = Path(__file__).parent / "unit"
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SlowTierWatch(), "rftflow-slow-tier")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The unit tier runs first (a stable sort): it fails fast, and it runs before any session fixture has
+    started Ray or an engine, so its check that no unit test starts either holds exactly."""
     check_slow_marks(items)
+    items.sort(key=lambda item: item.path.is_relative_to(UNIT_TIER) is False)
 
 
 @pytest.fixture(scope="session")

@@ -46,30 +46,38 @@ def expected() -> TensorMetaMap:
     return tensor_meta(DEFAULT_MODEL)
 
 
-def vllm_processes() -> list[str]:
+def vllm_processes() -> set[str]:
     """This process's descendants that belong to vLLM (its engine core names itself `VLLM::EngineCore`)."""
-    found = []
+    found = set()
     for child in psutil.Process().children(recursive=True):
         try:
             title = " ".join([child.name(), *child.cmdline()])
         except psutil.Error:  # gone meanwhile
             continue
         if "vllm" in title.lower():
-            found.append(f"{child.pid} {title[:120]}")
+            found.add(f"{child.pid} {title[:120]}")
     return found
+
+
+def ray_is_up() -> bool:
+    ray = sys.modules.get("ray")  # never imported here: a unit test that never touched Ray leaves it out
+    return ray is not None and ray.is_initialized()
 
 
 @pytest.fixture(autouse=True)
 def stays_a_unit_test() -> Iterator[None]:
     """Fails a unit test after which Ray is initialised or a vLLM process exists: those belong to the engine,
     integration and reliability tiers, which share the session's engines and clusters. A unit test that
-    started either would also slow every unit test after it."""
+    started either would also slow every unit test after it.
+
+    `make test` runs the unit tier first (`tests/conftest.py`), before any shared engine or cluster exists;
+    where another tier's session fixtures came first, what they started is not counted against the test."""
+    ray_before, vllm_before = ray_is_up(), vllm_processes()
     yield
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
+    if ray_is_up() and not ray_before:
+        sys.modules["ray"].shutdown()
         pytest.fail("a unit test initialised Ray: move it to an integration tier", pytrace=False)
-    if left := vllm_processes():
+    if left := sorted(vllm_processes() - vllm_before):
         pytest.fail(f"a unit test left vLLM processes: {left}; move it to the engine tier", pytrace=False)
 
 
