@@ -356,13 +356,6 @@ def run_command(args: argparse.Namespace) -> int:
 
             print(explore_dry_run(build_config(args), args.run_dir, args.mlflow_uri))
         return 0
-    cfg = build_config(args)
-    run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if args.report and is_remote(run_dir):
-        raise InputError(
-            "--report reads a local run dir: drop it, or copy the run dir here and run pipelines.report",
-            file=display(run_dir),
-        )
     common = {
         "ray_address": args.ray_address,
         "mlflow_uri": args.mlflow_uri,
@@ -370,6 +363,13 @@ def run_command(args: argparse.Namespace) -> int:
         "verbose": args.verbose,
     }
     with logging_to_console(args.verbose):
+        cfg = build_config(args)  # on the console too: a Trinity-RFT config's translation notices
+        run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if args.report and is_remote(run_dir):
+            raise InputError(
+                "--report reads a local run dir: drop it, or copy the run dir here and run pipelines.report",
+                file=display(run_dir),
+            )
         if cfg.mode == "bench":
             ok = bench(cfg, run_dir, **common)
         else:

@@ -247,6 +247,25 @@ def test_open_run_refuses_what_is_not_a_run_dir_naming_the_path(tmp_path, name, 
     assert str(refused.value).startswith(f"{path}: {reason}")
 
 
+def test_a_notebook_in_notebooks_finds_a_run_given_from_the_checkouts_root(tmp_path, monkeypatch):
+    """Jupyter runs a notebook in `notebooks/`; `runs/<name>`, as the run printed it, is under the root."""
+    assert NOTEBOOKS.parent == runs.CHECKOUT  # the real checkout's root
+    checkout = tmp_path / "checkout"  # a stand-in, so the test writes nothing into the real one
+    (checkout / "notebooks").mkdir(parents=True)
+    run_dir = checkout / "runs" / "the-run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("name: explore\n")  # enough to be an explore run dir
+    monkeypatch.setattr(runs, "CHECKOUT", checkout)
+    monkeypatch.chdir(checkout / "notebooks")
+    run = runs.open_run("runs/the-run")  # what the notebooks call with their `run_dir`
+    assert run.root == run_dir.resolve() and run.kind == runs.EXPLORE
+    (checkout / "notebooks" / "runs" / "the-run").mkdir(parents=True)  # found from the cwd: taken as given
+    with pytest.raises(InputError, match="not a run directory"):
+        runs.open_run("runs/the-run")
+    with pytest.raises(InputError, match="runs/no-such-run: no such run directory"):
+        runs.open_run("runs/no-such-run")
+
+
 @pytest.fixture(scope="module")
 def parquet_run(tmp_path_factory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("parquet")
