@@ -19,6 +19,7 @@ from pathlib import Path
 from pipelines.benchmark.selection import DEFAULT_TIMEOUT_S, Selection
 from pipelines.cli import add_config_arguments, given_path, logging_to_console, run_cli
 from pipelines.control.commands import report_command
+from pipelines.control.console import console_defaults
 from pipelines.control.fleet import EngineFleet
 from pipelines.report import make_report
 from schemas.config import load_config
@@ -134,6 +135,7 @@ def selection_of(args: argparse.Namespace) -> Selection:
 def main(argv: list[str] | None = None, engines: EngineFleet | None = None) -> int:
     """0: every checkpoint measured (or already measured); 1: some failed; 2: bad input, nothing run."""
     args = parse_args(argv)
+    console_defaults(args.verbose)
     return run_cli(lambda: run_command(args, engines), args.verbose)  # the `error:` rule: pipelines.cli
 
 

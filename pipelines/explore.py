@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 from pipelines.cli import add_config_arguments, given_location, given_path, logging_to_console, run_cli
 from pipelines.control.commands import report_command
+from pipelines.control.console import console_defaults
 from pipelines.control.fleet import EngineFleet
 from pipelines.report import make_report
 from pipelines.report_lib.learning import FIGURE as LEARNING_FIGURE
@@ -106,7 +106,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "-v",
         "--verbose",
         action="store_true",
-        help="show Ray Data and vLLM logs (vLLM at INFO), normally hidden",
+        help="show everything: Ray, Ray Data, vLLM (at INFO) and torch logs, normally errors only",
     )
     return parser.parse_args(argv)
 
@@ -345,8 +345,7 @@ def stop_trainer(trainer: tuple) -> None:
 def main(argv: list[str] | None = None) -> int:
     """0: the run finished; 2: bad input, nothing run (one `error:` line, see `pipelines.cli.run_cli`)."""
     args = parse_args(argv)
-    if args.verbose:
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    console_defaults(args.verbose)
     return run_cli(lambda: run_command(args), args.verbose)
 
 
@@ -357,13 +356,6 @@ def run_command(args: argparse.Namespace) -> int:
 
             print(explore_dry_run(build_config(args), args.run_dir, args.mlflow_uri))
         return 0
-    cfg = build_config(args)
-    run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if args.report and is_remote(run_dir):
-        raise InputError(
-            "--report reads a local run dir: drop it, or copy the run dir here and run pipelines.report",
-            file=display(run_dir),
-        )
     common = {
         "ray_address": args.ray_address,
         "mlflow_uri": args.mlflow_uri,
@@ -371,6 +363,13 @@ def run_command(args: argparse.Namespace) -> int:
         "verbose": args.verbose,
     }
     with logging_to_console(args.verbose):
+        cfg = build_config(args)  # on the console too: a Trinity-RFT config's translation notices
+        run_dir = args.run_dir or Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if args.report and is_remote(run_dir):
+            raise InputError(
+                "--report reads a local run dir: drop it, or copy the run dir here and run pipelines.report",
+                file=display(run_dir),
+            )
         if cfg.mode == "bench":
             ok = bench(cfg, run_dir, **common)
         else:

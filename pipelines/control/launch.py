@@ -120,7 +120,8 @@ class EngineLauncher:
             target = choose_node(live_nodes(), others, shape.total, placement)
             group = reserve(shape, target, name, timeout)
             self.groups[index], self.nodes[index] = group, group_node(group)
-            log.info("%s placed on node %s (%s: preferred %s)", name, self.nodes[index], placement, target)
+            log.debug("%s placed on node %s (%s: preferred %s)", name, self.nodes[index], placement, target)
+            log.info("starting engine %d of %d on node %s", index + 1, len(self.names), self.nodes[index])
         return launch_engine(self.cfg, name, closed=closed, index=index, group=self.groups[index])
 
     def release(self, index: int) -> None:

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from pipelines.control.commands import mlflow_ui_command
+from pipelines.control.commands import COMMAND_TAG, invoked_command, mlflow_ui_command
 from schemas.run_dir import RunDir
 
 PARAMS_PER_BATCH = 100
@@ -73,7 +73,8 @@ class MlflowMonitor:
             self.client.update_run(run_id, status="RUNNING")
             self.run_id = run_id
         else:
-            self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+            tags = {COMMAND_TAG: invoked_command()}  # what the report's facts table shows as the command
+            self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
 
     def logged_steps(self, metric: str) -> set[int]:
         return {m.step for m in self.client.get_metric_history(self.run_id, metric)}

@@ -111,8 +111,12 @@ def image_html(file_name: str, caption: str) -> str:
 
 
 def page_html(title: str, sections: Sequence[tuple[str, str]]) -> str:
-    """A self-contained HTML page: `sections` are (heading, HTML body) in order."""
-    body = "".join(f"<section><h2>{escape(heading)}</h2>{content}</section>" for heading, content in sections)
+    """A self-contained HTML page: `sections` are (heading, HTML body) in order. The page carries the
+    stylesheet once, in its head; the copies each fragment brings for a notebook cell are dropped."""
+    body = "".join(
+        f"<section><h2>{escape(heading)}</h2>{content.replace(STYLE, '')}</section>"
+        for heading, content in sections
+    )
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title>{STYLE}</head>"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from pipelines.control.commands import COMMAND_TAG
 from pipelines.report_lib.runs import Run, artifact_dir, tracking_uri
 from schemas.run_dir import MLFLOW_DB, STEP_PREFIX
 
@@ -63,6 +64,23 @@ def metric_histories(run: Run) -> History:
     return {
         name: sorted((int(m.step), float(m.value)) for m in history) for name, history in histories.items()
     }
+
+
+def run_record(run: Run) -> dict[str, Any]:
+    """The MLflow run's wall time (its first start to its last end, a resume's pause included) and the
+    command it was started with; {} without a run id or store."""
+    if run.run_id is None or not run.has_mlflow:
+        return {}
+    from mlflow.exceptions import MlflowException  # heavy, deferred: as mlflow_client
+
+    with mlflow_client(run.root) as client:
+        try:
+            found = client.get_run(run.run_id)
+        except MlflowException:
+            return {}  # metric_histories has said so already
+    start, end = found.info.start_time, found.info.end_time
+    wall = f"{(end - start) / 1000:.1f} s" if start and end else f"not ended ({found.info.status})"
+    return {"wall time": wall, "command": found.data.tags.get(COMMAND_TAG, "not recorded")}
 
 
 def series(histories: History, name: str) -> tuple[list[int], list[float]]:

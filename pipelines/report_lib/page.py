@@ -23,7 +23,7 @@ from pipelines.report_lib.html import (
     rollouts_html,
     table_html,
 )
-from pipelines.report_lib.mlflow_store import failures, metric_histories
+from pipelines.report_lib.mlflow_store import failures, metric_histories, run_record
 from pipelines.report_lib.plots import (
     bench_figure,
     eval_figure,
@@ -33,8 +33,8 @@ from pipelines.report_lib.plots import (
     throughput_figure,
     version_figure,
 )
-from pipelines.report_lib.runs import BENCH, Run, bench_rows, token_decoder
-from pipelines.report_lib.summaries import overview, rollout_rows
+from pipelines.report_lib.runs import BENCH, Run, bench_rows, config_field, run_config, token_decoder
+from pipelines.report_lib.summaries import overview, reward_series, rollout_rows
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,30 @@ class PageBuilder:
         self.sections.append((heading, content))
 
 
+SAMPLING = ("temperature", "top_p", "top_k", "max_tokens")
+
+
+def config_facts(config: dict[str, Any]) -> dict[str, Any]:
+    """What the run ran, from its config.yaml: the model, the tasksets and the training sampling."""
+    taskset = config_field(config, "buffer.explorer_input.taskset", {}) or {}
+    evals = config_field(config, "buffer.explorer_input.eval_tasksets", []) or []
+    args = taskset.get("rollout_args") or {}
+    sampling = [f"{name}={args[name]}" for name in SAMPLING if name in args]
+    if "repeat_times" in taskset:
+        sampling.append(f"n={taskset['repeat_times']}")
+    return {
+        "model": config_field(config, "model.model_path", "not recorded"),
+        "taskset": f"{taskset.get('name')} ({taskset.get('path')})" if taskset else "not recorded",
+        "eval tasksets": ", ".join(f"{e.get('name')} ({e.get('path')})" for e in evals) or "none",
+        "sampling": ", ".join(sampling) or "not recorded",
+    }
+
+
 def explore_facts(run: Run, table: pa.Table, failed: list[dict[str, Any]]) -> dict[str, Any]:
-    """An explore run at a glance: where it is, its MLflow run, its store, and `summaries.overview`."""
-    facts = {"run dir": str(run.root), "MLflow run": run.run_id or "not recorded"}
+    """An explore run at a glance: where it is, what it ran (model, tasksets, sampling), how long it took
+    and the command that started it, its MLflow run, its store, and `summaries.overview`."""
+    facts = {"run dir": str(run.root), **config_facts(run_config(run.root)), **run_record(run)}
+    facts["MLflow run"] = run.run_id or "not recorded"
     facts["storage"] = storage_type(run.root)
     return {**facts, **overview(table, failed)}
 
@@ -84,6 +105,12 @@ def facts_html(facts: dict[str, Any]) -> str:
     return table_html([{"": key, "value": value} for key, value in facts.items()])
 
 
+def reward_heading(table: pa.Table) -> str:
+    """The reward figure's heading, naming the parts it draws (and only those)."""
+    parts = [name for name in reward_series(table) if name != "reward"]
+    return f"Reward and its parts ({', '.join(parts)}) per step" if parts else "Reward per step"
+
+
 def explore_page(run: Run, page: PageBuilder) -> str:
     """An explore run's sections; returns the page title."""
     table = read_experiences(run.root)
@@ -91,7 +118,7 @@ def explore_page(run: Run, page: PageBuilder) -> str:
     failed = failures(run)
     page.html("Run", facts_html(explore_facts(run, table, failed)))
     if len(table):
-        page.figure("Reward, accuracy and format per step", "reward.png", reward_figure(table))
+        page.figure(reward_heading(table), "reward.png", reward_figure(table))
         page.figure("Response length per step", "response_length.png", response_length_figure(table))
         page.figure("Model version and staleness", "versions.png", version_figure(table, histories))
     else:
@@ -124,5 +151,5 @@ def write_report(run: Run) -> Report:
     title = bench_page(run, page) if run.kind == BENCH else explore_page(run, page)
     index = folder / INDEX
     index.write_text(page_html(title, page.sections), encoding="utf-8")
-    log.info("report written: %s (%d figures)", index, len(page.images))
+    log.debug("report written: %s (%d figures)", index, len(page.images))  # the command prints where
     return Report(folder, index, page.images)

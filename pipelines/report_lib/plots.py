@@ -76,12 +76,26 @@ def save_png(figure: Any, path: Path, dpi: int = 100) -> Path:
     return Path(path)
 
 
+def spread_band(stats: StepStats) -> tuple[list[float], list[float]]:
+    """Mean ± standard deviation at each step, clipped to the step's min and max: a reward in [0, 1] with
+    mean 0.9 and std 0.3 has no values at 1.2, and the band must not suggest it has."""
+    low = [max(m - d, lo) for m, d, lo in zip(stats.mean, stats.std, stats.minimum, strict=True)]
+    high = [min(m + d, hi) for m, d, hi in zip(stats.mean, stats.std, stats.maximum, strict=True)]
+    return low, high
+
+
+def all_zero(values: Any) -> bool:
+    """Whether a panel would be a flat line at 0 (say, model versions in a run without weight sync): such
+    a panel is left out, since it shows nothing the facts table does not say."""
+    return all(value == 0 for value in values)
+
+
 def draw_spread(ax: Any, stats: StepStats, label: str = "", color: str | None = None) -> None:
-    """A mean curve with its standard deviation shaded and min/max dotted: the spread, not just the mean."""
+    """A mean curve with its standard deviation shaded (within min and max) and min/max dotted: the
+    spread, not just the mean."""
     (line,) = ax.plot(stats.steps, stats.mean, marker="o", label=f"{label} mean".strip(), color=color)
-    low = [m - d for m, d in zip(stats.mean, stats.std, strict=True)]
-    high = [m + d for m, d in zip(stats.mean, stats.std, strict=True)]
-    band = f"{label} mean ± std".strip()
+    low, high = spread_band(stats)
+    band = f"{label} mean ± std (within min/max)".strip()
     ax.fill_between(stats.steps, low, high, alpha=BAND_ALPHA, color=line.get_color(), label=band)
     ax.plot(
         stats.steps, stats.minimum, ls=":", lw=1, color=line.get_color(), label=f"{label} min/max".strip()
@@ -119,20 +133,28 @@ def response_length_figure(table: pa.Table) -> Any:
     return figure
 
 
-def version_figure(table: pa.Table, histories: History) -> Any:
+def version_figure(table: pa.Table, histories: History) -> Any | None:
     """The model version the experiences were sampled on, per step, and their staleness against the
-    trainer's newest version (`rollout/staleness/*`, measured at commit, so from MLflow)."""
-    staleness = series(histories, "rollout/staleness/mean")
-    figure, axes = new_figure(2 if staleness[0] else 1, "model version and staleness")
-    draw_spread(axes[0], step_stats(table.column("step"), table.column("model_version")), "version")
-    axes[0].set_title("model_version of the experiences")
-    axes[0].set_xlabel("step")
-    axes[0].legend(fontsize="small")
-    if staleness[0]:
-        ax = axes[1]
-        for stat in ("mean", "max", "min"):
-            ax.plot(*series(histories, f"rollout/staleness/{stat}"), marker="o", label=stat)
-        dropped = series(histories, "rollout/stale_dropped")
+    trainer's newest version (`rollout/staleness/*`, measured at commit, so from MLflow). Each panel only
+    when it is not all zeros; None when neither is (a run without weight sync)."""
+    versions = table.column("model_version")
+    staleness = [series(histories, f"rollout/staleness/{stat}") for stat in ("mean", "max", "min")]
+    dropped = series(histories, "rollout/stale_dropped")
+    show_versions = not all_zero(versions.to_pylist())
+    show_staleness = not all_zero([v for _, values in staleness for v in values] + dropped[1])
+    if not (show_versions or show_staleness):
+        return None
+    figure, axes = new_figure(show_versions + show_staleness, "model version and staleness")
+    if show_versions:
+        ax = axes.pop(0)
+        draw_spread(ax, step_stats(table.column("step"), versions), "version")
+        ax.set_title("model_version of the experiences")
+        ax.set_xlabel("step")
+        ax.legend(fontsize="small")
+    if show_staleness:
+        ax = axes[0]
+        for stat, points in zip(("mean", "max", "min"), staleness, strict=True):
+            ax.plot(*points, marker="o", label=stat)
         if any(dropped[1]):
             ax.bar(dropped[0], dropped[1], alpha=0.3, label="dropped as stale")
         ax.set_title("staleness (versions behind the trainer)")

@@ -32,6 +32,7 @@ from schemas.run_dir import (
 
 log = logging.getLogger(__name__)
 
+CHECKOUT = Path(__file__).resolve().parents[2]  # the repository's root: pipelines/report_lib/runs.py
 EXPLORE = "explore"
 BENCH = "bench"
 RUN_ID_FIELDS = {EXPLORE: (EXPLORER_STATE, "mlflow_run_id"), BENCH: (BENCH_STATE, "parent_run_id")}
@@ -69,9 +70,20 @@ def run_kind(root: Path) -> str | None:
     return None
 
 
-def open_run(run_dir: Path | str) -> Run:
-    """The run in `run_dir`, or an InputError naming the path when it is missing or not a run dir."""
+def locate(run_dir: Path | str) -> Path:
+    """`run_dir` as given; or, when it is relative and not there from the working directory, the same path
+    under the checkout's root. A notebook opened in Jupyter runs in `notebooks/`, and a run dir given as the
+    run printed it (`runs/...`, relative to the root, where the run was started) is found all the same."""
     root = Path(run_dir)
+    if not root.exists() and not root.is_absolute() and (CHECKOUT / root).exists():
+        return CHECKOUT / root
+    return root
+
+
+def open_run(run_dir: Path | str) -> Run:
+    """The run in `run_dir` (see `locate`), or an InputError naming the path when it is missing or not a run
+    dir."""
+    root = locate(run_dir)
     if not root.exists():
         raise InputError("no such run directory", file=str(root))
     if not root.is_dir():

@@ -59,6 +59,14 @@ def step_hashes(run_dir: Path) -> dict[str, str]:
     return {str(f.relative_to(run_dir)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
+CONSOLE_NOISE = (  # what a default run printed before the console was quieted (issue 39)
+    "streaming_executor.py",  # Ray Data's INFO lines
+    "Progress bars disabled",  # Ray Data's warning
+    "Token authentication is enabled",  # Ray's notice
+    "NUMA binding",  # torch's C++ warning in vLLM's CPU worker
+)
+
+
 def start_explore(config: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     command = [sys.executable, "-m", "pipelines.explore", "--config", str(config), "--run-dir", str(run_dir)]
@@ -100,6 +108,9 @@ def kill_at_random_moment(
     committed = len(sink.committed_steps())
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
+    output = process.stdout.read().decode()
+    noise = [line for line in output.splitlines() if any(known in line for known in CONSOLE_NOISE)]
+    assert not noise, noise  # the libraries' start-up lines stay off a default console (docs/running.md)
     assert committed < steps, f"the run committed all {steps} steps before the kill: nothing to resume"
     return target
 

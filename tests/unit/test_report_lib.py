@@ -18,11 +18,13 @@ from unit_factories import make_experience
 from operators.sinks.parquet import ParquetSink
 from operators.sinks.sql import SqlSink
 from pipelines.bench import parse_args as bench_args
+from pipelines.control.commands import invoked_command
 from pipelines.control.tracking import MlflowMonitor, default_tracking_uri
 from pipelines.explore import parse_args as explore_args
 from pipelines.report import main as report_main
 from pipelines.report import make_report
 from pipelines.report_lib import experiences, html, mlflow_store, plots, runs, summaries
+from pipelines.report_lib import page as page_module
 from pipelines.report_lib.page import INDEX, REPORT_DIR
 from schemas.errors import InputError
 from schemas.experience import experiences_to_table
@@ -77,7 +79,10 @@ def explore_run_dir(root: Path, storage: str = "parquet") -> tuple[Path, str]:
     run_dir.mkdir(parents=True)
     buffer = {"storage_type": storage, "path": None, "name": None}
     config = {"name": "explore", "model": {"model_path": str(root / "no-model")}}
-    config["buffer"] = {"trainer_input": {"experience_buffer": buffer}}
+    taskset = {"name": "arith", "path": "train.jsonl", "repeat_times": 4}
+    taskset["rollout_args"] = {"temperature": 0.7, "top_p": 1.0, "top_k": -1, "max_tokens": 16, "seed": 0}
+    explorer_input = {"taskset": taskset, "eval_tasksets": [{"name": "arith_eval", "path": "eval.jsonl"}]}
+    config["buffer"] = {"trainer_input": {"experience_buffer": buffer}, "explorer_input": explorer_input}
     (run_dir / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
     if storage == "parquet":
         sink = ParquetSink(run_dir / "experiences")
@@ -165,6 +170,45 @@ def test_figures_wrap_at_three_panels_and_give_png_bytes():
     assert plots.throughput_figure({}) is None and plots.eval_figure(experience_table({}), {}) is None
 
 
+def test_the_reward_band_stays_within_the_rewards_range():
+    table = experience_table({1: [1.0, 1.0, 1.0, 0.0], 2: [0.0, 0.0, 0.0, 1.0]})  # mean ± std passes 1 and 0
+    stats = summaries.reward_series(table)["reward"]
+    low, high = plots.spread_band(stats)
+    assert low == [pytest.approx(0.75 - 0.4330127), 0.0] and high == [1.0, pytest.approx(0.25 + 0.4330127)]
+    band = plots.reward_figure(table).axes[0].collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() >= 0.0 and band.max() <= 1.0
+
+
+def test_panels_of_flat_zeros_are_left_out():
+    still = experience_table({1: [1.0], 2: [0.0]})  # every experience on version 0
+    assert plots.version_figure(still, {"rollout/staleness/mean": [(1, 0.0), (2, 0.0)]}) is None
+    synced = experiences_to_table(
+        [make_experience(f"t/e0/{s}", 0, step=s, reward=1.0, model_version=s - 1) for s in (1, 2)]
+    )
+    one = plots.version_figure(synced, {"rollout/staleness/mean": [(1, 0.0)]})
+    assert [ax.get_title() for ax in one.axes if ax.get_visible()] == ["model_version of the experiences"]
+    stale = plots.version_figure(still, {"rollout/staleness/max": [(2, 1.0)]})
+    assert [ax.get_title() for ax in stale.axes if ax.get_visible()] == [
+        "staleness (versions behind the trainer)"
+    ]
+
+
+def test_the_reward_heading_names_only_the_parts_drawn():
+    assert page_module.reward_heading(experience_table({2: [1.0]})) == (
+        "Reward and its parts (accuracy, format) per step"
+    )
+    plain = experiences_to_table([make_experience("t/e0/1", 0, step=1, reward=1.0, reward_parts={})])
+    assert page_module.reward_heading(plain) == "Reward per step"
+
+
+def test_the_recorded_command_masks_credentials(monkeypatch):
+    argv = ["x.py", "--set", "monitor.api_key=abc123", "--set", "s.url=postgresql+psycopg://u:pw9@h/db"]
+    monkeypatch.setattr("sys.argv", argv)
+    command = invoked_command()
+    assert "abc123" not in command and "pw9" not in command
+    assert "monitor.api_key=***" in command and "postgresql+psycopg://u:***@h/db" in command
+
+
 # -- html ------------------------------------------------------------------------------------------------
 
 
@@ -201,6 +245,25 @@ def test_open_run_refuses_what_is_not_a_run_dir_naming_the_path(tmp_path, name, 
     with pytest.raises(InputError) as refused:
         runs.open_run(path)
     assert str(refused.value).startswith(f"{path}: {reason}")
+
+
+def test_a_notebook_in_notebooks_finds_a_run_given_from_the_checkouts_root(tmp_path, monkeypatch):
+    """Jupyter runs a notebook in `notebooks/`; `runs/<name>`, as the run printed it, is under the root."""
+    assert NOTEBOOKS.parent == runs.CHECKOUT  # the real checkout's root
+    checkout = tmp_path / "checkout"  # a stand-in, so the test writes nothing into the real one
+    (checkout / "notebooks").mkdir(parents=True)
+    run_dir = checkout / "runs" / "the-run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("name: explore\n")  # enough to be an explore run dir
+    monkeypatch.setattr(runs, "CHECKOUT", checkout)
+    monkeypatch.chdir(checkout / "notebooks")
+    run = runs.open_run("runs/the-run")  # what the notebooks call with their `run_dir`
+    assert run.root == run_dir.resolve() and run.kind == runs.EXPLORE
+    (checkout / "notebooks" / "runs" / "the-run").mkdir(parents=True)  # found from the cwd: taken as given
+    with pytest.raises(InputError, match="not a run directory"):
+        runs.open_run("runs/the-run")
+    with pytest.raises(InputError, match="runs/no-such-run: no such run directory"):
+        runs.open_run("runs/no-such-run")
 
 
 @pytest.fixture(scope="module")
@@ -266,14 +329,33 @@ def test_the_report_of_a_copied_run_is_written_and_logged_into_the_copy(parquet_
     run_dir, run_id = parquet_run
     report = make_report(run_dir)
     names = sorted(p.name for p in report.folder.iterdir())
-    assert names == sorted(
-        [INDEX, "reward.png", "response_length.png", "versions.png", "throughput.png", "eval.png"]
-    )
+    # no versions.png: every experience is on version 0 and staleness is 0 (a run without weight sync)
+    assert names == sorted([INDEX, "reward.png", "response_length.png", "throughput.png", "eval.png"])
     page = report.index.read_text()
     assert all(f'src="{name}"' in page for name in names if name.endswith(".png"))
     assert "boom: &lt;bad&gt;" in page and "Rollouts (a sample of 5)" in page
+    assert page.count("<style>") == 1  # in the head; the fragments' own copies are for notebook cells
+    assert "Model version" not in page and "Reward and its parts (accuracy, format) per step" in page
     logged = run_dir / MLARTIFACTS / run_id / "artifacts" / REPORT_DIR
     assert sorted(p.name for p in logged.iterdir()) == names
+
+
+def test_the_facts_table_says_what_ran_how_long_and_with_what_command(parquet_run):
+    run = runs.open_run(parquet_run[0])
+    facts = page_module.explore_facts(run, experiences.read_experiences(run.root), [])
+    assert facts["model"].endswith("no-model")
+    assert facts["taskset"] == "arith (train.jsonl)" and facts["eval tasksets"] == "arith_eval (eval.jsonl)"
+    assert facts["sampling"] == "temperature=0.7, top_p=1.0, top_k=-1, max_tokens=16, n=4"
+    assert facts["wall time"].endswith(" s") and float(facts["wall time"][:-2]) >= 0
+    assert facts["command"] == invoked_command()  # recorded when the MLflow run was made, in this process
+
+
+def test_the_report_cli_prints_the_pages_path_once(tmp_path, capsys):
+    run_dir, _ = explore_run_dir(tmp_path)
+    assert report_main([str(run_dir), "--no-mlflow"]) == 0
+    captured = capsys.readouterr()
+    index = str(run_dir.resolve() / REPORT_DIR / INDEX)
+    assert (captured.out + captured.err).count(index) == 1
 
 
 def test_a_report_without_an_mlflow_run_is_written_and_not_logged(tmp_path, caplog):

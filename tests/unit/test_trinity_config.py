@@ -20,6 +20,7 @@ from schemas.errors import InputError
 from schemas.trinity import is_trinity
 
 GSM8K = Path(__file__).with_name("trinity_configs") / "gsm8k_grpo.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo_gsm8k" / "gsm8k.yaml"  # the README's
 COUNTDOWN = GSM8K.with_name("countdown_explore.yaml")
 
 
@@ -42,6 +43,17 @@ def variant(tmp_path: Path, **changes) -> Path:
     path = tmp_path / "variant.yaml"
     path.write_text(yaml.safe_dump(tree))
     return path
+
+
+def test_the_shipped_example_translates_onto_the_bundled_model_and_taskset(monkeypatch):
+    for name in ("TRINITY_MODEL_PATH", "TRINITY_TASKSET_PATH", "TRINITY_CHECKPOINT_ROOT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(EXAMPLE.parents[2])  # Trinity's rule: relative to the working directory, the checkout
+    assert is_trinity(yaml.safe_load(EXAMPLE.read_text()))
+    cfg = load_config(EXAMPLE, [])
+    assert Path(cfg.model.model_path).resolve() == DEFAULT_MODEL.resolve()
+    assert Path(cfg.buffer.explorer_input.taskset.path).resolve() == DEFAULT_TRAIN.resolve()
+    assert cfg.buffer.explorer_input.taskset.repeat_times == 4 and cfg.synchronizer.sync_timeout == 10
 
 
 def test_every_explorer_side_key_maps_to_its_meaning(trinity_env, caplog):
