@@ -71,9 +71,16 @@ def start_explore(config: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     command = [sys.executable, "-m", "pipelines.explore", "--config", str(config), "--run-dir", str(run_dir)]
     command += extra
-    return subprocess.Popen(
-        [*command, "--no-progress"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    # its console goes to a file beside the run dir, not a pipe: a pipe read after the kill could wait on a
+    # process the killed driver started that still holds the pipe open
+    with open(console_log(run_dir), "wb") as log:
+        return subprocess.Popen(
+            [*command, "--no-progress"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+
+def console_log(run_dir: Path) -> Path:
+    return run_dir.with_name(f"{run_dir.name}.console.log")
 
 
 def resume(config: Path, run_dir: Path, engines, plugins: Path | None = None, **options) -> None:
@@ -98,7 +105,7 @@ def kill_at_random_moment(
     sink = ParquetSink(run_dir / "experiences")
     deadline = time.monotonic() + 600
     while len(sink.committed_steps()) < target:
-        assert process.poll() is None, process.stdout.read().decode()[-3000:]
+        assert process.poll() is None, console_log(run_dir).read_text(errors="replace")[-3000:]
         assert time.monotonic() < deadline, "the run made no progress"
         time.sleep(0.05)
     kill_at = time.monotonic() + rng.uniform(0.0, 0.4)
@@ -108,7 +115,7 @@ def kill_at_random_moment(
     committed = len(sink.committed_steps())
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
-    output = process.stdout.read().decode()
+    output = console_log(run_dir).read_text(errors="replace")
     noise = [line for line in output.splitlines() if any(known in line for known in CONSOLE_NOISE)]
     assert not noise, noise  # the libraries' start-up lines stay off a default console (docs/running.md)
     assert committed < steps, f"the run committed all {steps} steps before the kill: nothing to resume"
