@@ -42,6 +42,7 @@ setup(
             "pytest>=8",
             "pytest-timeout>=2.3",
             "psutil>=5.9",  # tests/unit/conftest.py: no unit test may leave a vLLM process behind
+            "pytest-repeat>=0.9",  # make test-under-load: each test that once failed only under load, 3 times
             "hypothesis>=6.100",
             "ruff>=0.6",
             "psycopg[binary]>=3.1",
