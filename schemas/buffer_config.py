@@ -45,6 +45,12 @@ class FormatConfig(Strict):
     messages_key: str | None = Field(
         None, description="chat-messages field, used in place of the prompt when set"
     )
+    info_key: str | None = Field(
+        "info",
+        description="the task's own data (a JSON object, or a Parquet struct or JSON-text column; at most 64 "
+        "KiB as JSON), given to reward functions that take `info` and written to experiences as `info.task`; "
+        "optional in each row (null: never read)",
+    )
 
 
 class TasksetConfig(Strict):
