@@ -19,7 +19,7 @@ from schemas.task import Task
 
 RewardFn = Callable[..., dict[str, float]]
 REWARD_FNS: dict[str, RewardFn] = {}
-BUILTIN_MODULES = ("operators.rollout.rewards",)
+BUILTIN_MODULES = ("operators.rollout.rewards", "operators.rollout.reasoning_gym_reward")
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:

@@ -22,8 +22,8 @@ from operators.tasks.rows import (
     BLOCK_ROWS,
     TABLE_SUFFIXES,
     check_columns,
-    iter_raw_rows,
     json_type,
+    source_rows,
     taskset_files,
 )
 from schemas.config import TasksetConfig
@@ -145,7 +145,7 @@ def plan_taskset(
         if file.suffix in TABLE_SUFFIXES and not skip:
             check_columns(file, cfg)
         n, bad = 0, array("q")
-        for row, record in iter_raw_rows(file, cfg.max_row_bytes, skip_bad=skip):
+        for row, record in source_rows(cfg, file, skip_bad=skip):
             try:
                 if isinstance(record, InputError):
                     raise record
@@ -164,7 +164,8 @@ def plan_taskset(
     if not any(n for _, n in counted):
         bad_rows = sum(len(rows) for _, rows in skipped)
         more = f" usable rows ({bad_rows} bad ones skipped, e.g. {messages[0]})" if messages else " rows"
-        raise InputError(f"the taskset has no{more}", file=str(cfg.path))
+        source = str(cfg.path) if cfg.reasoning_gym is None else counted[0][0]
+        raise InputError(f"the taskset has no{more}", file=source)
     return TasksetPlan(tuple(counted), batch_size, total_epochs, total_steps, tuple(skipped), tuple(messages))
 
 
@@ -207,7 +208,7 @@ def iter_task_tables(
     next_bad = next(bad, None)
     chunk: list[dict[str, Any]] = []
     chars = 0
-    for row, record in iter_raw_rows(path, cfg.max_row_bytes, skip_bad=next_bad is not None):
+    for row, record in source_rows(cfg, path, skip_bad=next_bad is not None):
         if row == next_bad:
             next_bad = next(bad, None)
             continue
