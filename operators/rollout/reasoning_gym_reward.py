@@ -27,7 +27,10 @@ def scorer(dataset: str, args_json: str) -> Callable[[str | None, dict[str, Any]
 
 @register_reward("reasoning_gym")
 def reasoning_gym_score(response: str, truth: str, info: dict[str, Any]) -> dict[str, float]:
-    """The family's verdict in [0, 1] (some give partial credit); `accuracy` is 1 only for a full score."""
+    """The family's verdict in [0, 1] (some give partial credit); `accuracy` is 1 only for a full score.
+
+    A scorer that raises on the answer (`prime_factorization` on words, say) scores it 0, with
+    `scorer_error` 1: a malformed answer is the response's fault, and retrying the task would not mend it."""
     if "dataset" not in info:
         raise ValueError(
             "reasoning_gym scores tasks of a reasoning_gym taskset: the task's info names no dataset"
@@ -35,5 +38,8 @@ def reasoning_gym_score(response: str, truth: str, info: dict[str, Any]) -> dict
     score_answer = scorer(info["dataset"], json.dumps(info.get("dataset_args", {}), sort_keys=True))
     answer = import_reasoning_gym().utils.extract_answer(response)
     entry = {"answer": truth if truth else None, "metadata": info.get("metadata", {})}
-    score = min(1.0, max(0.0, float(score_answer(answer, entry))))
-    return {"reward": score, "accuracy": float(score == 1.0)}
+    try:
+        score, error = min(1.0, max(0.0, float(score_answer(answer, entry)))), 0.0
+    except Exception:  # any scorer's own parse of the answer; the task's info was checked when planned
+        score, error = 0.0, 1.0
+    return {"reward": score, "accuracy": float(score == 1.0), "scorer_error": error}
