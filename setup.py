@@ -38,6 +38,8 @@ setup(
         "gpu": ["vllm>=0.32"],
         # the SQL sink's PostgreSQL driver (URLs postgresql+psycopg://...)
         "postgres": ["psycopg[binary]>=3.1"],
+        # procedural tasksets and their scorers (a taskset's `reasoning_gym`: operators/tasks)
+        "tasks": ["reasoning-gym>=0.1.25"],
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
@@ -46,6 +48,7 @@ setup(
             "hypothesis>=6.100",
             "ruff>=0.6",
             "psycopg[binary]>=3.1",
+            "reasoning-gym>=0.1.25",  # the reasoning-gym tasksets' tests (tests/unit/test_reasoning_gym.py)
             # a local S3-compatible server for the object-store tests (tests/object_store.py)
             "moto[server]>=5",
             # notebooks/ run in a real Jupyter kernel (tests/integration/test_notebooks.py)

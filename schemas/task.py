@@ -29,8 +29,10 @@ TASK_SCHEMA = pa.schema(
         ("workflow_args", pa.string()),
         ("reward_fn_args", pa.string()),
         ("is_eval", pa.bool_()),
+        ("info", pa.string()),
     ]
 )
+JSON_COLUMNS = ("rollout_args", "workflow_args", "reward_fn_args", "info")  # dicts, stored as JSON text
 
 ROLE_NAMES = ("system", "user", "assistant", "tool")
 
@@ -59,6 +61,9 @@ class Task:
     workflow_args: dict[str, Any] = field(default_factory=dict)
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     is_eval: bool = False
+    # The row's own data beyond prompt and answer (a scorer's metadata, say): given to a reward function that
+    # declares an `info` parameter, and written to each experience as `info.task`.
+    info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -68,14 +73,14 @@ class Task:
 
     def to_row(self) -> dict[str, Any]:
         row = {name: getattr(self, name) for name in TASK_SCHEMA.names}
-        for name in ("rollout_args", "workflow_args", "reward_fn_args"):
+        for name in JSON_COLUMNS:
             row[name] = json.dumps(row[name], sort_keys=True)
         return row
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Task:
         kwargs = {name: row[name] for name in TASK_SCHEMA.names}
-        for name in ("rollout_args", "workflow_args", "reward_fn_args"):
+        for name in JSON_COLUMNS:
             kwargs[name] = json.loads(kwargs[name] or "{}")
         return cls(**kwargs)
 

@@ -1,6 +1,8 @@
 """The reward-function registry: built-ins and plugins register `fn(response, truth, **args)` by name.
 
-A reward function returns `{"reward": r, <part>: value, ...}` with r in [0, 1]. The registry lives apart
+A reward function returns `{"reward": r, <part>: value, ...}` with r in [0, 1]. One that declares an `info`
+parameter also gets the task's `info` (its row's own data, e.g. a reasoning-gym entry's metadata); the others
+are called as they always were, so two-argument functions keep working. The registry lives apart
 from the built-in functions (`operators.rollout.rewards`) so that a lookup can load the built-ins on first
 use, as the workflow and op registries do, and so that the built-ins' module is not where plugins register.
 Plugins import `register_reward` from `operators.workflows`.
@@ -8,13 +10,16 @@ Plugins import `register_reward` from `operators.workflows`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 
 from operators.rollout.registration import import_all, lookup, register_once
+from schemas.task import Task
 
 RewardFn = Callable[..., dict[str, float]]
 REWARD_FNS: dict[str, RewardFn] = {}
-BUILTIN_MODULES = ("operators.rollout.rewards",)
+BUILTIN_MODULES = ("operators.rollout.rewards", "operators.rollout.reasoning_gym_reward")
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
@@ -31,3 +36,18 @@ def get_reward_fn(name: str) -> RewardFn:
     """The reward function registered as `name` (built-ins loaded first), or a KeyError naming the known."""
     import_all(BUILTIN_MODULES)
     return lookup(REWARD_FNS, "reward function", name)
+
+
+@functools.cache
+def takes_info(fn: RewardFn) -> bool:
+    """Whether `fn` declares an `info` parameter (a callable without a signature is taken not to)."""
+    try:
+        return "info" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def call_reward(fn: RewardFn, response: str, task: Task) -> dict[str, float]:
+    """`fn`'s verdict on `response` to `task`: with its reward_fn_args, and its info if `fn` takes it."""
+    info = {"info": task.info} if takes_info(fn) else {}
+    return fn(response, task.truth, **task.reward_fn_args, **info)

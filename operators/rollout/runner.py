@@ -120,6 +120,14 @@ def check_experiences(experiences: list[Experience], sub: SubRun) -> None:
             )
 
 
+def add_task_info(experiences: list[Experience], task: Task) -> None:
+    """The task's own info as each experience's `info.task`, whatever workflow made it (a plugin's too);
+    keys the workflow wrote stay beside it, as do those ops add later (`pass_rate`, ...)."""
+    if task.info:
+        for experience in experiences:
+            experience.info["task"] = task.info
+
+
 class WorkflowPool:
     """Idle instances of resettable workflows by name: reused across tasks, never shared by two at once."""
 
@@ -209,6 +217,7 @@ class WorkflowRunner:
         workflow = self.pool.acquire(sub.task)
         experiences = await run_workflow(workflow, sub.task, engine, sub.run_id_base, sub.repeat_times)
         check_experiences(experiences, sub)
+        add_task_info(experiences, sub.task)
         self.pool.release(sub.task, workflow)
         return experiences
 

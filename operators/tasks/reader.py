@@ -17,12 +17,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from operators.tasks.info import info_text
 from operators.tasks.rows import (
     BLOCK_ROWS,
     TABLE_SUFFIXES,
     check_columns,
-    iter_raw_rows,
     json_type,
+    source_rows,
     taskset_files,
 )
 from schemas.config import TasksetConfig
@@ -35,8 +36,8 @@ SKIP_MESSAGES = 3  # reasons kept for the report; the rest are only counted
 
 def extract_fields(
     record: dict[str, Any], cfg: TasksetConfig, file: Path, row: int
-) -> tuple[str | None, list[dict[str, str]] | None, str]:
-    """Prompt (or messages) and reference answer of one record, checked field by field."""
+) -> tuple[str | None, list[dict[str, str]] | None, str, str]:
+    """Prompt (or messages), reference answer and info (JSON text) of one record, checked field by field."""
     fmt = cfg.format
 
     def fail(message: str, field: str) -> InputError:
@@ -73,7 +74,10 @@ def extract_fields(
         raise fail(f"expected a finite number, got {truth}", fmt.response_key)
     truth = str(truth)
     check_text([truth], fmt.response_key)
-    return prompt, messages, truth
+    info = "{}"
+    if fmt.info_key:
+        info = info_text(record.get(fmt.info_key), file, row, fmt.info_key, file.suffix in TABLE_SUFFIXES)
+    return prompt, messages, truth, info
 
 
 def text_problem(texts: list[str], limit: int) -> str | None:
@@ -141,7 +145,7 @@ def plan_taskset(
         if file.suffix in TABLE_SUFFIXES and not skip:
             check_columns(file, cfg)
         n, bad = 0, array("q")
-        for row, record in iter_raw_rows(file, cfg.max_row_bytes, skip_bad=skip):
+        for row, record in source_rows(cfg, file, skip_bad=skip):
             try:
                 if isinstance(record, InputError):
                     raise record
@@ -160,7 +164,8 @@ def plan_taskset(
     if not any(n for _, n in counted):
         bad_rows = sum(len(rows) for _, rows in skipped)
         more = f" usable rows ({bad_rows} bad ones skipped, e.g. {messages[0]})" if messages else " rows"
-        raise InputError(f"the taskset has no{more}", file=str(cfg.path))
+        source = str(cfg.path) if cfg.reasoning_gym is None else counted[0][0]
+        raise InputError(f"the taskset has no{more}", file=source)
     return TasksetPlan(tuple(counted), batch_size, total_epochs, total_steps, tuple(skipped), tuple(messages))
 
 
@@ -203,7 +208,7 @@ def iter_task_tables(
     next_bad = next(bad, None)
     chunk: list[dict[str, Any]] = []
     chars = 0
-    for row, record in iter_raw_rows(path, cfg.max_row_bytes, skip_bad=next_bad is not None):
+    for row, record in source_rows(cfg, path, skip_bad=next_bad is not None):
         if row == next_bad:
             next_bad = next(bad, None)
             continue
@@ -213,12 +218,13 @@ def iter_task_tables(
         if position >= total_tasks:
             break
         if position >= first_position:
-            prompt, messages, truth = extract_fields(record, cfg, path, row)
+            prompt, messages, truth, info = extract_fields(record, cfg, path, row)
             step = position // plan.batch_size + 1 if step_label is None else step_label
             task = dict(template, task_uid=make_task_uid(cfg.name, epoch, index), index=index, step=step)
-            task.update(prompt=prompt, messages=messages, truth=truth)
+            task.update(prompt=prompt, messages=messages, truth=truth, info=info)
             chunk.append(task)
-            chars += len(prompt or "") + len(truth) + sum(len(m["content"]) for m in messages or ())
+            chars += len(prompt or "") + len(truth) + len(info)
+            chars += sum(len(m["content"]) for m in messages or ())
             if len(chunk) == BLOCK_ROWS or chars >= BLOCK_CHARS:
                 yield from cut_at_steps(chunk)
                 chunk, chars = [], 0

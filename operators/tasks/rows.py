@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from operators.tasks.hf_dataset import dataset_files, is_dataset_dir
+from operators.tasks.reasoning_gym import generated_rows, source_name
 from schemas.config import TasksetConfig
 from schemas.errors import InputError, file_problem
 
@@ -28,7 +29,10 @@ SKIP_CHUNK = 1 << 18  # how much of an over-long line is read at a time while re
 def taskset_files(cfg: TasksetConfig) -> list[Path]:
     """The taskset's files: a Hugging Face dataset folder's split (`operators.tasks.hf_dataset`) when the
     config names a subset or split, the path is a `save_to_disk` folder, or a missing one that may be a hub id
-    (`openai/gsm8k`: refused with where to download it); else `list_files`."""
+    (`openai/gsm8k`: refused with where to download it); else `list_files`. A reasoning-gym taskset is one
+    source named `reasoning_gym:<dataset>`, and no file."""
+    if cfg.reasoning_gym is not None:
+        return [Path(source_name(cfg.reasoning_gym))]
     path = Path(cfg.path)
     hub_id = not path.exists() and not path.suffix
     if cfg.subset_name is not None or cfg.split is not None or is_dataset_dir(path) or hub_id:
@@ -59,6 +63,15 @@ def list_files(path: Path) -> list[Path]:
             f"unsupported taskset format '{path.suffix}' (use {', '.join(SUFFIXES)})", file=str(path)
         )
     return [path]
+
+
+def source_rows(
+    cfg: TasksetConfig, file: Path, skip_bad: bool = False
+) -> Iterator[tuple[int, dict[str, Any] | InputError]]:
+    """The rows of one of `taskset_files(cfg)`: generated for a reasoning-gym taskset, else read."""
+    if cfg.reasoning_gym is not None:
+        return generated_rows(cfg.reasoning_gym, cfg.format, skip_bad)
+    return iter_raw_rows(file, cfg.max_row_bytes, skip_bad)
 
 
 def iter_raw_rows(

@@ -6,8 +6,9 @@
   its answer to an action it cannot take) and `AgentWorkflow` (agent code on the official OpenAI client).
 - Experience ops: `ExperienceOpBase`, `OpArgs` (an op's arguments), `EXPERIENCE_SCHEMA` (the table it sees).
 - The types a plugin receives or returns: `Task`, `Experience`, `EngineClient`, `Generation`, `Sample`,
-  `RewardFn`; and the built-ins it may reuse: `get_reward_fn` (a reward function by name) and the
-  `tool_math` calculator (`TOOL_SYSTEM_PROMPT`, `is_tool_call`, `tool_result`).
+  `RewardFn`; and the built-ins it may reuse: `get_reward_fn` (a reward function by name), `call_reward` (one
+  called on a response to a task, with the task's `info` if it takes one) and the `tool_math` calculator
+  (`TOOL_SYSTEM_PROMPT`, `is_tool_call`, `tool_result`).
 
 Names imported from their earlier homes (`operators.rewards`, `operators.rollout.rewards`,
 `operators.workflows.registry`, `operators.workflows.math`, `operators.ops`) still work, with a
@@ -17,7 +18,7 @@ DeprecationWarning naming this module.
 from operators.engine.client import EngineClient
 from operators.engine.samples import Generation, Sample
 from operators.ops.registry import ExperienceOpBase, register_op
-from operators.rollout.reward_registry import RewardFn, get_reward_fn, register_reward
+from operators.rollout.reward_registry import RewardFn, call_reward, get_reward_fn, register_reward
 from operators.workflows.agent import AgentWorkflow
 from operators.workflows.base import WorkflowBase, register_workflow
 from operators.workflows.env import EnvWorkflow, MalformedAction
@@ -44,6 +45,7 @@ __all__ = [
     "SingleTurnWorkflow",
     "Task",
     "WorkflowBase",
+    "call_reward",
     "get_reward_fn",
     "is_tool_call",
     "register_op",

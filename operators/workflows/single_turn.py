@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from operators.engine.client import EngineClient, derive_seed, sampling_params
 from operators.engine.samples import Generation, Sample
-from operators.rollout.reward_registry import get_reward_fn
+from operators.rollout.reward_registry import call_reward, get_reward_fn
 from operators.workflows.base import WorkflowBase, register_workflow, repeats
 from schemas.experience import Experience, task_experience
 from schemas.task import Task
@@ -51,7 +51,7 @@ class SingleTurnWorkflow(WorkflowBase):
         generation = await engine.chat(messages, sampling_params(task.rollout_args, n, seed))
         reward_fn = get_reward_fn(self.reward_fn_name(task))
         scores = await asyncio.to_thread(
-            lambda: [reward_fn(s.text, task.truth, **task.reward_fn_args) for s in generation.samples]
+            lambda: [call_reward(reward_fn, s.text, task) for s in generation.samples]
         )
         return [
             self.experience(task, generation, sample, parts, run_id_base + i)

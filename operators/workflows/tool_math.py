@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from operators.rollout.reward_registry import get_reward_fn
+from operators.rollout.reward_registry import call_reward, get_reward_fn
 from operators.workflows.base import register_workflow
 from operators.workflows.calculator import CalculatorError, calculate
 from operators.workflows.env import EnvWorkflow, MalformedAction
@@ -68,9 +68,7 @@ class CalculatorEnv:
             return tool_result(action_text), 0.0, False
         reward_fn = get_reward_fn(self.task.reward_fn or DEFAULT_REWARD_FN)
         # math-verify may run (answers that are not plain numbers): off the event loop, as single-turn does
-        self.scored = await asyncio.to_thread(
-            reward_fn, action_text, self.task.truth, **self.task.reward_fn_args
-        )
+        self.scored = await asyncio.to_thread(call_reward, reward_fn, action_text, self.task)
         return "", float(self.scored["reward"]), True
 
     def parts(self) -> dict[str, float]:

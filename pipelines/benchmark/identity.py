@@ -23,11 +23,12 @@ def sampling_of(taskset: TasksetConfig) -> dict[str, Any]:
 
 
 def taskset_key(taskset: TasksetConfig, workflow: str) -> str:
-    """Name, settings, workflow and the taskset files' bytes: a changed taskset is measured again."""
+    """Name, settings, workflow and the taskset files' bytes: a changed taskset is measured again. A
+    reasoning-gym taskset has no files: its settings (dataset, args, size, seed) say what it generates."""
     digest = hashlib.sha256()
     settings = taskset.model_dump(mode="json")
     settings.pop("path")
     digest.update(json.dumps([settings, workflow], sort_keys=True).encode())
-    for path in taskset_files(taskset):
+    for path in taskset_files(taskset) if taskset.reasoning_gym is None else ():
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

@@ -40,6 +40,7 @@ HEAVY = frozenset(
         "openai",
         "uvicorn",
         "datasets",  # 0.6 s
+        "reasoning_gym",  # about 1 s, and optional: the `tasks` extra
     }
 )
 

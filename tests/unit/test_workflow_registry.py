@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from unit_factories import ScriptedEngine
 
 from operators.engine.client import EngineClient
 from operators.rollout.eval_metrics import mean_at_k, pass_at_k
@@ -26,31 +27,6 @@ from schemas.experience import Experience
 from schemas.task import Task
 
 BUILTINS = ("math", "math_boxed", "countdown", "eval_math", "tool_math")
-
-
-class ScriptedEngine:
-    """A local engine whose chat answers each request with `n` scripted texts, one token per character."""
-
-    def __init__(self, texts: list[str]):
-        self.texts = texts
-        self.requests: list[tuple[list[dict[str, str]], dict[str, Any]]] = []
-
-    async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
-        self.requests.append((messages, sampling))
-        texts = [self.texts[i % len(self.texts)] for i in range(sampling["n"])]
-        samples = [
-            {
-                "response_ids": [ord(c) for c in t],
-                "logprobs": [-0.1] * len(t),
-                "finish_reason": "stop",
-                "text": t,
-            }
-            for t in texts
-        ]
-        return {"prompt_ids": [1, 2, 3], "prompt_text": str(messages), "model_version": 7, "samples": samples}
-
-    async def generate(self, prompt: Any, sampling: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError  # EngineClient looks for it; single-turn workflows only chat
 
 
 def make_task(workflow: str = "math", truth: str = "7", reward_fn: str = "math_accuracy", **kw: Any) -> Task:

@@ -1,4 +1,4 @@
-"""Factories shared by the unit tests: experiences, per-task result rows, taskset records.
+"""Factories shared by the unit tests: experiences, per-task result rows, taskset records, a scripted engine.
 
 Plain Python + pyarrow only: no Ray, no vLLM. Named distinctively so it cannot clash with other test dirs.
 """
@@ -90,3 +90,28 @@ def write_and_commit(sink: Any, spec: list[tuple[Any, ...]]) -> pa.Table:
 def qa_rows(n: int, start: int = 0) -> list[dict[str, str]]:
     """n simple prompt/answer records."""
     return [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(start, start + n)]
+
+
+class ScriptedEngine:
+    """A local engine whose chat answers each request with `n` scripted texts, one token per character."""
+
+    def __init__(self, texts: list[str]):
+        self.texts = texts
+        self.requests: list[tuple[list[dict[str, str]], dict[str, Any]]] = []
+
+    async def chat(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append((messages, sampling))
+        texts = [self.texts[i % len(self.texts)] for i in range(sampling["n"])]
+        samples = [
+            {
+                "response_ids": [ord(c) for c in t],
+                "logprobs": [-0.1] * len(t),
+                "finish_reason": "stop",
+                "text": t,
+            }
+            for t in texts
+        ]
+        return {"prompt_ids": [1, 2, 3], "prompt_text": str(messages), "model_version": 7, "samples": samples}
+
+    async def generate(self, prompt: Any, sampling: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError  # EngineClient looks for it; single-turn workflows only chat
