@@ -89,7 +89,7 @@ def keys(table) -> list[tuple[str, int]]:
     return list(zip(table.column("task_uid").to_pylist(), table.column("run_id").to_pylist(), strict=True))
 
 
-@pytest.mark.slow(reason="a three-node Ray cluster and two engines, each run started afresh: about 3 min")
+@pytest.mark.slow(reason="a three-node Ray cluster and two engines, each run started afresh: 80-190 s")
 @pytest.mark.timeout(RUN_S + 2 * EXIT_S + 30)  # a cluster of three nodes and two engines, twice started
 def test_engines_spread_over_two_nodes_and_a_lost_node_is_replaced_on_the_survivor(tmp_path):
     _, took = run_script(tmp_path)
