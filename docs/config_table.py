@@ -14,7 +14,6 @@ A default that is machine-specific (an absolute path to the bundled assets) is r
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python docs/config_table.py`: sys.path[0] is docs/
     sys.path.insert(0, str(ROOT))
 
+from docs.page_cli import page_main  # noqa: E402
 from schemas.config import Config, Strict  # noqa: E402
 
 PAGE = ROOT / "docs" / "config-table.md"
@@ -124,23 +124,7 @@ def write(page: Path = PAGE) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the table is out of date")
-    parser.add_argument("--page", type=Path, default=PAGE, help="the file to check or rewrite")
-    args = parser.parse_args(argv)
-    try:
-        if args.check:
-            problem = check(args.page)
-            if problem:
-                print(f"{args.page}: configuration table is out of date: {problem}", file=sys.stderr)
-                print("run: python docs/config_table.py", file=sys.stderr)
-                return 1
-            return 0
-        print(f"{args.page}: {'rewritten' if write(args.page) else 'already up to date'}")
-        return 0
-    except TableError as exc:
-        print(f"{args.page}: {exc}", file=sys.stderr)
-        return 1
+    return page_main(__doc__, Path(__file__).name, check, write, PAGE, argv, errors=(TableError,))
 
 
 if __name__ == "__main__":

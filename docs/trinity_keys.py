@@ -11,7 +11,6 @@ which rftflow key, and how), ignored (and why) or refused (when, and why).
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python docs/trinity_keys.py`: sys.path[0] is docs/
     sys.path.insert(0, str(ROOT))
 
+from docs.page_cli import page_main  # noqa: E402
 from schemas.trinity_keys import TRINITY  # noqa: E402
 from schemas.trinity_rules import Each, Ignore, Map, Read, Refuse, Rule, Section, join  # noqa: E402
 from schemas.trinity_transforms import lengths  # noqa: E402
@@ -107,19 +107,7 @@ def write(page: Path = PAGE) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the page is out of date")
-    parser.add_argument("--page", type=Path, default=PAGE, help="the file to check or rewrite")
-    args = parser.parse_args(argv)
-    if args.check:
-        problem = check(args.page)
-        if problem:
-            print(f"{args.page}: out of date: {problem}", file=sys.stderr)
-            print("run: python docs/trinity_keys.py", file=sys.stderr)
-            return 1
-        return 0
-    print(f"{args.page}: {'rewritten' if write(args.page) else 'already up to date'}")
-    return 0
+    return page_main(__doc__, Path(__file__).name, check, write, PAGE, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from operators.engine.checkpoints import TensorMetaMap, tensor_meta
 from operators.ops import registry as op_registry
 from operators.rollout import reward_registry
 from operators.workflows import base as workflow_registry
-from schemas.config import DEFAULT_MODEL
+from schemas.config import DEFAULT_MODEL, DEFAULT_TRAIN
 
 
 @pytest.fixture
@@ -96,3 +96,13 @@ def scratch_registries(monkeypatch: pytest.MonkeyPatch):
     for name in set(sys.modules) - before:
         if name.startswith("rftflow_plugin_"):
             del sys.modules[name]
+
+
+@pytest.fixture
+def trinity_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The environment the Trinity-RFT test configs read (`${oc.env:...}`): the tiny model, the bundled
+    taskset, a checkpoint root under tmp_path (returned)."""
+    monkeypatch.setenv("TRINITY_MODEL_PATH", str(DEFAULT_MODEL))
+    monkeypatch.setenv("TRINITY_TASKSET_PATH", str(DEFAULT_TRAIN))
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ckpts"))
+    return tmp_path

@@ -3,14 +3,13 @@ docs/config_table.py, is current."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from docs_pages import check_page, copy_page, load_generator
 
 from schemas.config import BufferConfig
 
@@ -19,11 +18,7 @@ SCRIPT = ROOT / "docs" / "config_table.py"
 
 
 def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("config_table", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_generator(SCRIPT)
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +28,11 @@ def table() -> ModuleType:
 
 @pytest.fixture
 def page_copy(tmp_path: Path) -> Path:
-    return Path(shutil.copy(ROOT / "docs" / "config-table.md", tmp_path / "config-table.md"))
+    return copy_page("config-table.md", tmp_path)
 
 
 def test_table_page_is_current():
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = check_page(SCRIPT)
     assert result.returncode == 0, result.stderr
 
 

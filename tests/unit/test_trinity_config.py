@@ -24,14 +24,6 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo_gsm8k" / "gsm
 COUNTDOWN = GSM8K.with_name("countdown_explore.yaml")
 
 
-@pytest.fixture
-def trinity_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("TRINITY_MODEL_PATH", str(DEFAULT_MODEL))
-    monkeypatch.setenv("TRINITY_TASKSET_PATH", str(DEFAULT_TRAIN))
-    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ckpts"))
-    return tmp_path
-
-
 def variant(tmp_path: Path, **changes) -> Path:
     """The GSM8K config with top-level sections replaced (None drops one)."""
     tree = yaml.safe_load(GSM8K.read_text())

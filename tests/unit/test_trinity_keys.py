@@ -13,21 +13,13 @@ import pytest
 import yaml
 
 from pipelines.explore import main as explore_main
-from schemas.config import DEFAULT_MODEL, DEFAULT_TRAIN, load_config
+from schemas.config import DEFAULT_TRAIN, load_config
 from schemas.errors import InputError
 from schemas.trinity import is_trinity, translate
 
 GSM8K = Path(__file__).with_name("trinity_configs") / "gsm8k_grpo.yaml"
 COUNTDOWN = GSM8K.with_name("countdown_explore.yaml")
 OPERATOR = {"name": "reward_filter", "args": {"threshold": 0.5}}
-
-
-@pytest.fixture
-def trinity_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("TRINITY_MODEL_PATH", str(DEFAULT_MODEL))
-    monkeypatch.setenv("TRINITY_TASKSET_PATH", str(DEFAULT_TRAIN))
-    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ckpts"))
-    return tmp_path
 
 
 def gsm8k() -> dict[str, Any]:

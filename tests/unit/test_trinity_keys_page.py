@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from docs_pages import check_page, copy_page, load_generator
 
 from schemas.trinity_keys import TRINITY
 from schemas.trinity_rules import Ignore
@@ -20,22 +19,16 @@ SCRIPT = ROOT / "docs" / "trinity_keys.py"
 
 @pytest.fixture(scope="module")
 def page() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("trinity_keys_page", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_generator(SCRIPT)
 
 
 @pytest.fixture
 def page_copy(tmp_path: Path) -> Path:
-    return Path(shutil.copy(ROOT / "docs" / "trinity-keys.md", tmp_path / "trinity-keys.md"))
+    return copy_page("trinity-keys.md", tmp_path)
 
 
 def test_the_page_is_current():
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = check_page(SCRIPT)
     assert result.returncode == 0, result.stderr
 
 
