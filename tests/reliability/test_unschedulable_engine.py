@@ -32,6 +32,17 @@ def test_an_engine_asking_for_more_cpus_than_any_node_has_is_refused_before_it_i
     assert fleet.handles == []  # no actor was made to wait on
 
 
+def settled_free_cpus(within: float = 30.0) -> float:
+    """The cluster's free CPUs once three reads 0.5 s apart agree: what an earlier test removed (its groups,
+    its actors) is given back asynchronously, later still on a loaded machine."""
+    reads = [ray.available_resources().get("CPU", 0.0)]
+    deadline = time.monotonic() + within
+    while (len(reads) < 3 or len(set(reads[-3:])) > 1) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        reads.append(ray.available_resources().get("CPU", 0.0))
+    return reads[-1]
+
+
 def test_an_engine_whose_resources_stay_taken_is_refused_at_its_deadline_with_what_is_free():
     """The cluster could hold the engine, but its CPUs are taken: the placement group waits, then is refused
     (removed, not left pending) with what it asked for and what the cluster has free."""
@@ -40,9 +51,11 @@ def test_an_engine_whose_resources_stay_taken_is_refused_at_its_deadline_with_wh
         return {gid for gid, g in ray.util.placement_group_table().items() if g["state"] != "REMOVED"}
 
     others = live_groups()  # e.g. the session's shared engine's group
-    free = ray.available_resources().get("CPU", 0.0)
-    blocker = placement_group([{"CPU": free - 1.0}])  # leaves one CPU free, where the engine asks for two
-    ray.get(blocker.ready(), timeout=30)
+    free = settled_free_cpus()
+    # leaves at most one CPU free, where the engine asks for two (no blocker when at most one is free)
+    blocker = placement_group([{"CPU": free - 1.0}]) if free > 1.0 else None
+    if blocker is not None:
+        ray.get(blocker.ready(), timeout=30)
     try:
         cfg = load_config(None, ["explorer.rollout_model.engine_cpus=2", "explorer.engine_restart_timeout=2"])
         fleet = EngineFleet(cfg, "crowded")
@@ -52,19 +65,21 @@ def test_an_engine_whose_resources_stay_taken_is_refused_at_its_deadline_with_wh
         ) as err:
             fleet.start()
         assert time.monotonic() - started < 30
-        # what was free at the deadline: the blocker's one CPU, or more where an earlier test's actors were
-        # still being torn down when the blocker was sized (a loaded machine), but never the two asked for
+        # what was free at the deadline: the one CPU left, or another figure where an earlier test's
+        # actors were still being torn down when the blocker was sized, but never the two asked for
         free_at_deadline = re.search(
             r"\(1 bundles, 2 CPU on one node\) within 2 s; "
             r"the Ray cluster has 4 CPU, of which ([\d.]+) CPU free",
             str(err.value),
         )
         assert free_at_deadline is not None, str(err.value)
-        assert 1.0 <= float(free_at_deadline.group(1)) < 2.0
+        assert float(free_at_deadline.group(1)) < 2.0
         assert fleet.handles == [] and fleet.launcher.groups == [None]
-        assert live_groups() - others == {blocker.id.hex()}  # the blocker only: the refused group was removed
+        blockers = {blocker.id.hex()} if blocker is not None else set()
+        assert live_groups() - others == blockers  # the blocker only: the refused group was removed
     finally:
-        remove_placement_group(blocker)
+        if blocker is not None:
+            remove_placement_group(blocker)
 
 
 def test_the_cli_says_so_with_exit_2_within_seconds(tmp_path, capsys):
