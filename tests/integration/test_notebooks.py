@@ -42,8 +42,9 @@ NOT_AVAILABLE = 3  # .ci/chromium's exit code when apt-get is not there to insta
 SCALED = "model.layers.1.mlp.down_proj.weight"
 CELL_TIMEOUT_S = 180
 BROWSER_TIMEOUT_S = 120
-# figures each notebook draws on these runs (an explore run with evals, a bench of two checkpoints)
-FIGURES = {"explore_run": 5, "experiences_sql": 2, "bench_compare": 1}
+# figures each notebook draws on these runs (an explore run with evals, a bench of two checkpoints); the
+# explore run syncs no weights, so its all-zero model-version panel is left out
+FIGURES = {"explore_run": 4, "experiences_sql": 2, "bench_compare": 1}
 RUN_OF = {"explore_run": "explore", "experiences_sql": "explore", "bench_compare": "bench"}
 
 
@@ -168,7 +169,8 @@ def screenshot(browser: str, page: Path, png: Path, profile: Path) -> None:
 def test_the_reports_of_moved_runs_are_written_logged_into_the_copies_and_render(
     moved_runs, chromium, tmp_path, capsys
 ):
-    figures = {"explore": {"reward.png", "response_length.png", "versions.png", "throughput.png", "eval.png"}}
+    # no versions.png: the explore run syncs no weights, and a panel of flat zeros is left out
+    figures = {"explore": {"reward.png", "response_length.png", "throughput.png", "eval.png"}}
     figures["bench"] = {"bench.png"}
     for kind, run_dir in moved_runs.items():
         assert report_main([str(run_dir)]) == 0
