@@ -62,7 +62,8 @@ def workflow_config(args: argparse.Namespace, workflow: str):
 
 async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
     """Every trajectory side by side on an in-process engine: the loop EnvWorkflow runs, with no pipeline."""
-    from operators.engine.client import derive_seed, sampling_params
+    from operators.engine.client import sampling_params
+    from operators.engine.seeds import derive_seed
 
     engine = in_process_engine(cfg)
     gate = asyncio.Semaphore(in_flight)

@@ -67,7 +67,8 @@ def throughput_config(args: argparse.Namespace):
 
 async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
     """Requests straight into an in-process AsyncLLM, with as many in flight as the pipeline allows."""
-    from operators.engine.client import derive_seed, sampling_params
+    from operators.engine.client import sampling_params
+    from operators.engine.seeds import derive_seed
     from operators.workflows.single_turn import task_messages
 
     engine = in_process_engine(cfg)

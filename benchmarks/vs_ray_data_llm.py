@@ -72,7 +72,8 @@ def ray_rows(cfg, tasks) -> list[dict[str, Any]]:
     rftflow sends one request per (sub-run of a) task, seeded `derive_seed(base, task_uid, run_id_base)`,
     for `n` samples; vLLM gives the i-th sample of such a request the request's seed + i.
     """
-    from operators.engine.client import derive_seed, sampling_params
+    from operators.engine.client import sampling_params
+    from operators.engine.seeds import derive_seed
     from operators.rollout.runner import split_task
     from operators.workflows.base import workflow_class
     from operators.workflows.single_turn import SingleTurnWorkflow, task_messages

@@ -27,6 +27,7 @@ class RolloutModelConfig(Strict):
             "host",
             "port",
             "api_key",
+            "max_request_bytes",
         }
     )
 
@@ -80,8 +81,8 @@ class RolloutModelConfig(Strict):
     )
     enable_openai_api: bool = Field(
         False,
-        description="serve vLLM's OpenAI API (`/v1/chat/completions`, `/v1/completions`, `/v1/models`) on "
-        "each engine; agent workflows need it",
+        description="serve vLLM's OpenAI API (chat completions, completions, responses, Anthropic messages, "
+        "`/v1/models`) on each engine, gated and recorded per session; agent workflows need it",
     )
     host: str = Field(
         LOCAL_HOST,
@@ -95,7 +96,15 @@ class RolloutModelConfig(Strict):
         description="OpenAI API port of the first engine (engine i: port + i); 0: a free port each",
     )
     api_key: str | None = Field(
-        None, min_length=1, description="the key every OpenAI API request must present (Bearer token)"
+        None,
+        min_length=1,
+        description="the engine's own key (Bearer token): every `/v1` request needs it or a run's session "
+        "key; a generating call made with it belongs to no session and is not recorded",
+    )
+    max_request_bytes: int = Field(
+        64 * 2**20,
+        ge=1024,
+        description="the largest OpenAI API request body; a larger one is refused (413) unread",
     )
     tool_call_parser: str | None = Field(
         None,

@@ -7,6 +7,26 @@ import pytest
 
 from operators.engine.client import EngineClient
 from operators.engine.samples import Generation
+from schemas.config import RolloutArgs
+from schemas.task import Task
+
+
+def multi_turn_task(workflow: str, repeat: int = 1, seed: int | None = None, **workflow_args) -> Task:
+    """A task of the `multi` taskset ("12+7=", 8 tokens a reply) for a multi-turn workflow."""
+    return Task(
+        f"{workflow}/e0/0",
+        taskset="multi",
+        epoch=0,
+        index=0,
+        step=1,
+        prompt="12+7=",
+        truth="19",
+        workflow=workflow,
+        reward_fn="",
+        repeat_times=repeat,
+        workflow_args=workflow_args,
+        rollout_args=RolloutArgs(max_tokens=8, seed=seed).model_dump(),
+    )
 
 
 class SpyClient(EngineClient):

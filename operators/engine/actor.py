@@ -14,12 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from operators.engine.call_batches import ServesCallBatches
@@ -28,7 +25,8 @@ from operators.engine.openai_server import OpenAIServer, start_server
 from operators.engine.proc_stats import process_tree_memory
 from operators.engine.prompts import Prompts
 from operators.engine.samples import Draft, Generation
-from operators.engine.transfer import from_wire, stage_state_dict
+from operators.engine.sessions import SessionBook, SessionLimits
+from operators.engine.swaps import WeightSwaps
 from operators.engine.vllm_args import engine_args, engine_env, use_gpu
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import StaleRequest
@@ -50,7 +48,7 @@ def node_id() -> str | None:
 WARM_UP_SAMPLES = 32  # enough to take the first-batch stall (`VLLMEngine.warm_up`) out of step 1
 
 
-class VLLMEngine(ServesCallBatches):
+class VLLMEngine(ServesCallBatches, WeightSwaps):
     """Plain class (usable in-process); `ray.remote(VLLMEngine)` makes it the engine actor, which forwarders
     send `chat`, `generate` and `chat_turn` requests in batches (`serve`, `cancel_calls`)."""
 
@@ -92,6 +90,7 @@ class VLLMEngine(ServesCallBatches):
         self.drained = asyncio.Condition()
         self.rollout = rollout
         self.server: OpenAIServer | None = None
+        self.sessions = SessionBook()  # agent runs' HTTP calls, recorded by key (`operators.engine.sessions`)
         self.warming: asyncio.Future | None = None  # the warm-up request, made once (`ready`)
 
     async def ready(self) -> dict[str, Any]:
@@ -131,6 +130,22 @@ class VLLMEngine(ServesCallBatches):
         if self.server is None:
             return None
         return self.server.url, self.server.served_model, self.rollout.api_key
+
+    # -- sessions: agent runs over HTTP ------------------------------------------------------------------
+
+    def open_session(
+        self, max_turns: int, budget: int, call_timeout: float, seed: int | None, run_key: list
+    ) -> str:
+        """A new session's key, which the run's agent uses as its API key."""
+        return self.sessions.open(SessionLimits(max_turns, budget, call_timeout, seed, tuple(run_key)))
+
+    def collect_session(self, key: str) -> dict[str, Any]:
+        """The session's calls in order and why its limits stopped it, if they did; the session ends."""
+        return self.sessions.collect(key)
+
+    def close_session(self, key: str) -> None:
+        """End a session uncollected (its run failed): its records go, its key stops working."""
+        self.sessions.close(key)
 
     # -- admission: every request, direct or over HTTP ---------------------------------------------------
 
@@ -289,98 +304,6 @@ class VLLMEngine(ServesCallBatches):
             self.wasted_tokens += sampled + sum(len(c.token_ids) for c in outputs)
             raise StaleRequest(f"sampled on version {stamp}, which can no longer commit within max_staleness")
         return version, outputs, preempted
-
-    # -- weights ----------------------------------------------------------------------------------------
-
-    async def preempt(self) -> int:
-        """Cut the direct requests in flight (partial rollout): each goes on after the swap from its ids."""
-        cut = [rid for rid in self.dispatched if rid not in self.hopeless]
-        if cut:
-            self.preempted.update(cut)
-            self.preemptions += len(cut)
-            await self.llm.abort(cut)
-        return len(cut)
-
-    async def _swap(
-        self, version: int, load: Callable[[], Awaitable[int]], preempt: bool = False
-    ) -> dict[str, float]:
-        """Pause, let requests in flight finish (or cut them, with `preempt`), load, stamp the new version,
-        resume; reports the pause. Requests over HTTP always finish: their callers hold what they sampled."""
-        paused = time.perf_counter()
-        self.open.clear()
-        try:
-            cut = await self.preempt() if preempt else 0
-            async with self.drained:
-                await self.drained.wait_for(lambda: self.in_flight == 0)
-            loaded = time.perf_counter()
-            nbytes = await load()
-            self.model_version = version
-        finally:
-            self.open.set()
-        now = time.perf_counter()
-        timing = {"pause_s": now - paused, "load_s": now - loaded}
-        return {"version": version, "bytes": nbytes, **timing, "preempted": cut}
-
-    async def load_checkpoint(
-        self, path: str, version: int, timeout: float | None = None, preempt: bool = False
-    ) -> dict[str, float]:
-        """Reload every weight in place from a Hugging Face directory (already checked by the caller)."""
-
-        async def load() -> int:
-            await self.llm.collective_rpc("reload_weights", timeout, kwargs={"weights_path": str(path)})
-            return sum(p.stat().st_size for p in Path(path).glob("*.safetensors"))
-
-        return await self._swap(version, load, preempt)
-
-    async def load_state_dict(
-        self,
-        state: dict[str, Any] | list[Any],
-        version: int,
-        timeout: float | None = None,
-        preempt: bool = False,
-    ) -> dict[str, float]:
-        """Reload from tensors handed over in memory: a state dict, or `[ref]` to one in the Ray object store.
-
-        Before the pause, the tensors are fetched and staged as one safetensors file in shared memory (in a
-        thread, so requests in flight keep streaming); the worker then maps that file. Sending them through
-        vLLM's RPC instead would copy every byte four times inside the pause.
-        """
-        staged = await asyncio.to_thread(stage_state_dict, state)
-        try:
-
-            async def load() -> int:
-                return (await self.llm.collective_rpc("rftflow_load_file", timeout, args=(str(staged),)))[0]
-
-            return await self._swap(version, load, preempt)
-        finally:
-            shutil.rmtree(staged.parent, ignore_errors=True)
-
-    async def open_weight_group(
-        self, address: str, port: int, rank_offset: int, world_size: int, backend: str, timeout: float
-    ) -> list[int]:
-        """Join the trainer's broadcast group; this engine's workers take ranks from `rank_offset`."""
-        args = (address, port, rank_offset, world_size, backend, timeout)
-        return await self.llm.collective_rpc("rftflow_open_group", timeout, args=args)
-
-    async def receive_weights(
-        self,
-        meta: list,
-        version: int,
-        timeout: float | None = None,
-        bucket_bytes: int | None = None,
-        preempt: bool = False,
-    ) -> dict[str, float]:
-        """Receive the trainer's bucketed broadcast of `meta`'s tensors (its bucket size) and load them."""
-        args = (meta,) if bucket_bytes is None else (meta, bucket_bytes)
-
-        async def load() -> int:
-            return (await self.llm.collective_rpc("rftflow_receive", timeout, args=args))[0]
-
-        return await self._swap(version, load, preempt)
-
-    async def get_weight(self, name: str):
-        """The tensor the engine holds under vLLM's parameter name, in the engine's dtype."""
-        return from_wire((await self.llm.collective_rpc("rftflow_get", args=(name,)))[0])[1]
 
     async def shutdown(self) -> None:
         if self.server is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import time
 from typing import Any
@@ -17,14 +16,6 @@ RETRY_POLL_S = 1.0  # how often a call to a lost engine looks for its replacemen
 # A replacement takes the name within seconds of the old actor's removal; a name unused for longer than this
 # means the engines were stopped (the run ended), and waiting on would only hold up the stream's end.
 ABSENT_S = 15.0
-
-
-def derive_seed(base: int | None, *parts: object) -> int | None:
-    """A per-request seed from the run's base seed, so a rerun of the same task samples the same responses."""
-    if base is None:
-        return None
-    digest = hashlib.sha256(repr((base, *parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 def sampling_params(rollout_args: dict[str, Any], n: int, seed: int | None) -> dict[str, Any]:
@@ -126,6 +117,19 @@ class EngineClient:
 
     async def decode(self, ids: list[int]) -> str:
         return await self._call("decode", ids)
+
+    async def open_session(
+        self, max_turns: int, budget: int, call_timeout: float, seed: int | None, run_key: list
+    ) -> str:
+        """A session on this engine for one agent run: its key (`operators.engine.sessions`)."""
+        return await self._call("open_session", max_turns, budget, call_timeout, seed, run_key)
+
+    async def collect_session(self, key: str) -> dict[str, Any]:
+        """The session's calls in order, and the limit that stopped it, if one did; the session ends."""
+        return await self._call("collect_session", key)
+
+    async def close_session(self, key: str) -> None:
+        await self._call("close_session", key)
 
     async def openai_endpoint(self) -> tuple[str, str, str | None]:
         """`(base URL, served model name, api key)` of this engine's OpenAI API; RuntimeError when it serves

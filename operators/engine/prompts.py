@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.engine.openai_server import request_text, requested_max_tokens
 from operators.engine.prompt_bound import max_token_bytes, refuse_by_length
+from operators.engine.request_bodies import request_text, requested_max_tokens
 from schemas.errors import TaskInputError
 
 

@@ -19,7 +19,8 @@ import asyncio
 import inspect
 from typing import Any, ClassVar, Protocol
 
-from operators.engine.client import EngineClient, derive_seed, sampling_params
+from operators.engine.client import EngineClient, sampling_params
+from operators.engine.seeds import derive_seed
 from operators.workflows.multi_turn import Limits, MultiTurnWorkflow, RunResult
 from operators.workflows.single_turn import task_messages
 from operators.workflows.trajectory import Call

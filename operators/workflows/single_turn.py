@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-from operators.engine.client import EngineClient, derive_seed, sampling_params
+from operators.engine.client import EngineClient, sampling_params
 from operators.engine.samples import Generation, Sample
+from operators.engine.seeds import derive_seed
 from operators.rollout.reward_registry import call_reward, get_reward_fn
 from operators.workflows.base import WorkflowBase, register_workflow, repeats
 from schemas.experience import Experience, task_experience

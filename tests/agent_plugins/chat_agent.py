@@ -1,7 +1,8 @@
 """A plugin agent for the tests, loaded as `--plugin-dir tests/agent_plugins` loads it: three turns on the
 official `openai` client (plain, streamed, plain). `workflow_args.edit_history` makes it drop what was said
 before its third call, so that prompt cannot extend the trajectory (a split); `record_to` names a file for
-what the engine returned, call by call."""
+what the engine returned, call by call: the agent asks for the token ids and logprobs itself (the engine
+records them either way, and returns them only to a caller that asks)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ class ChatAgent(AgentWorkflow):
     async def run_agent(self, task, client, model):
         messages = [{"role": "user", "content": task.prompt}]
         seen = []
+        shown = {"logprobs": True, "extra_body": {"return_token_ids": True}}
         for turn in range(3):
             if turn == 1:
                 stream = await client.chat.completions.create(
-                    model=model, messages=messages, max_tokens=8, stream=True
+                    model=model, messages=messages, max_tokens=8, stream=True, **shown
                 )
                 text, prompt_ids, ids, lps = "", None, [], []
                 async for chunk in stream:
@@ -31,7 +33,9 @@ class ChatAgent(AgentWorkflow):
                         ids += getattr(choice, "token_ids", None) or []
                         lps += [e.logprob for e in (choice.logprobs.content if choice.logprobs else [])]
             else:
-                reply = await client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+                reply = await client.chat.completions.create(
+                    model=model, messages=messages, max_tokens=8, **shown
+                )
                 choice = reply.choices[0]
                 text, prompt_ids, ids = choice.message.content, reply.prompt_token_ids, choice.token_ids
                 lps = [e.logprob for e in choice.logprobs.content]

@@ -15,13 +15,12 @@ import httpx
 import openai
 import pytest
 from integration_settings import ENGINE_API_KEY
-from trajectory_checks import SpyClient, check_exact
+from trajectory_checks import SpyClient, check_exact, multi_turn_task
 
 from operators.engine.client import EngineClient
 from operators.rollout.plugins import load_plugins
 from operators.rollout.runner import run_task
 from operators.workflows import AgentWorkflow, EnvWorkflow, MalformedAction, register_workflow
-from schemas.config import RolloutArgs
 from schemas.engine_config import RolloutModelConfig
 from schemas.task import Task
 
@@ -53,20 +52,7 @@ class FixedEnvWorkflow(EnvWorkflow):
 
 
 def make_task(workflow: str, repeat: int = 1, **workflow_args) -> Task:
-    return Task(
-        f"{workflow}/e0/0",
-        taskset="multi",
-        epoch=0,
-        index=0,
-        step=1,
-        prompt="12+7=",
-        truth="19",
-        workflow=workflow,
-        reward_fn="",
-        repeat_times=repeat,
-        workflow_args=workflow_args,
-        rollout_args=RolloutArgs(max_tokens=8).model_dump(),
-    )
+    return multi_turn_task(workflow, repeat, **workflow_args)
 
 
 def run(loop, engine, task: Task, client: EngineClient | None = None) -> dict:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from operators.engine.client import derive_seed, sampling_params
+from operators.engine.client import sampling_params
+from operators.engine.seeds import derive_seed
 from schemas.config import RolloutArgs
 
 

@@ -1,18 +1,14 @@
-"""Trajectory assembly, the recording transport's parsing, and the new experience fields through the sinks:
+"""Trajectory assembly and the new experience fields through the sinks:
 without an engine (the engine tests run them for real in tests/engine/test_multi_turn.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 import sqlalchemy as sa
 
 from operators.sinks.parquet import PENDING, read_fragments, step_dirname
 from operators.sinks.sql import SqlSink
-from operators.workflows.recording import Recorder, TurnLimit, call_of, prepared, sse_events
 from operators.workflows.trajectory import Call, assemble, segment_experiences
 from pipelines.control.metrics import experience_metrics
 from schemas.experience import EXPERIENCE_SCHEMA, experiences_to_table
@@ -68,61 +64,6 @@ def test_segments_become_experiences_keyed_by_segment_with_the_runs_reward():
     assert table.column("inserted_spans").to_pylist() == [[[2, 4]], []]
     metrics = experience_metrics(table)
     assert metrics["rollout/trajectory_splits"] == 1.0 and metrics["rollout/turns/max"] == 2
-
-
-# -- the recording transport ---------------------------------------------------------------------------------
-
-
-def test_requests_ask_for_token_ids_and_logprobs_and_keep_the_agents_seed():
-    chat = prepared({"messages": [], "seed": 7}, chat=True, seed=3)
-    assert chat["return_token_ids"] is True and chat["logprobs"] is True and chat["seed"] == 7
-    completion = prepared({"prompt": "x"}, chat=False, seed=3)
-    assert completion["logprobs"] == 0 and completion["seed"] == 3
-
-
-def test_a_chat_answer_and_a_stream_of_chunks_record_the_same_call():
-    whole = {
-        "prompt_token_ids": [1, 2],
-        "choices": [
-            {"index": 0, "token_ids": [5, 6], "finish_reason": "stop",
-             "logprobs": {"content": [{"logprob": -0.5}, {"logprob": -0.25}]}},
-        ],
-    }  # fmt: skip
-    chunks = [
-        {"prompt_token_ids": [1, 2], "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
-        {"choices": [{"index": 0, "token_ids": [5], "logprobs": {"content": [{"logprob": -0.5}]}}]},
-        {"choices": [{"index": 0, "token_ids": [6], "logprobs": {"content": [{"logprob": -0.25}]},
-                      "finish_reason": "stop"}]},
-    ]  # fmt: skip
-    stream = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-    expected = Call([1, 2], [5, 6], [-0.5, -0.25], 3, "stop")
-    assert call_of([whole], chat=True, version=3) == expected
-    assert call_of(sse_events(stream.encode()), chat=True, version=3) == expected
-
-
-def test_a_completions_answer_is_recorded_from_its_choice():
-    body = {"choices": [{"index": 0, "prompt_token_ids": [1], "token_ids": [4],
-                         "logprobs": {"token_logprobs": [-1.0]}, "finish_reason": "length"}]}  # fmt: skip
-    assert call_of([body], chat=False, version=0) == Call([1], [4], [-1.0], 0, "length")
-
-
-def test_an_answer_without_ids_is_refused_not_recorded_wrong():
-    with pytest.raises(ValueError, match="not a call that can be recorded"):
-        call_of([{"choices": [{"index": 0, "message": {"content": "hi"}}]}], chat=True, version=0)
-
-
-def test_the_recorder_refuses_a_call_past_max_turns_or_the_budget():
-    recorder = Recorder(seed=None, max_turns=2, budget=100)
-    recorder.calls[recorder.admit() :] = [FIRST]
-    recorder.admit()
-    with pytest.raises(TurnLimit) as info:
-        recorder.admit()
-    assert info.value.finish_reason == "max_turns"
-    full = Recorder(seed=None, max_turns=5, budget=5)
-    full.calls[full.admit() :] = [FIRST]  # 3 + 2 tokens: the budget is filled
-    with pytest.raises(TurnLimit) as info:
-        full.admit()
-    assert info.value.finish_reason == "length"
 
 
 # -- sinks: the new fields, and run dirs written before them -------------------------------------------------
