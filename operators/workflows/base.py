@@ -30,6 +30,7 @@ BUILTIN_MODULES = (
     "operators.workflows.countdown",
     "operators.workflows.eval_math",
     "operators.workflows.tool_math",
+    "operators.workflows.tool_math_fc",
 )
 FLAGS = ("resettable", "repeatable", "asynchronous")
 
