@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -114,7 +115,11 @@ async def measure_fc(client: EngineClient, samples: int = SAMPLES, seed: int = 0
     }
 
 
-async def on_engine(model_dir: Path, rollout: RolloutModelConfig, measured: Any) -> dict[str, Any]:
+async def on_engine(
+    model_dir: Path,
+    rollout: RolloutModelConfig,
+    measured: Callable[[EngineClient], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
     """`measured(client)` on an in-process vLLM CPU engine started on `model_dir`, stopped afterwards; with
     the vLLM version and the dtype the figures are for."""
     import vllm  # heavy, deferred: only a calibration starts an engine here
