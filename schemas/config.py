@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_TRAIN",
     "SQL_NAME",
     "SQL_NAME_MAX",
+    "FC_MODEL",
     "TOOL_MODEL",
     "BufferConfig",
     "Config",
@@ -66,6 +67,7 @@ __all__ = [
 
 DEFAULT_MODEL = ASSETS / "tiny-arith-llama"
 TOOL_MODEL = ASSETS / "tiny-tool-llama"  # the tiny model also taught the `tool_math` calculator
+FC_MODEL = ASSETS / "tiny-fc-llama"  # the tool model, calling the calculator by function calling (hermes)
 
 
 class ModelConfig(Strict):

@@ -96,6 +96,18 @@ def tool_engine(loop):
     loop.run_until_complete(engine.shutdown())
 
 
+@pytest.fixture(scope="module")
+def fc_engine(loop):
+    """An in-process engine on the function-calling model (`pipelines/assets/tiny-fc-llama`) whose OpenAI API
+    runs vLLM's hermes tool parser, for `tool_math_fc`; module-scoped, so it is stopped before the next
+    module's engine starts."""
+    from schemas.config import FC_MODEL
+
+    engine = start_engine(loop, FC_MODEL, tool_call_parser="hermes")
+    yield engine
+    loop.run_until_complete(engine.shutdown())
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """A real S3-compatible server (moto) on 127.0.0.1, for the object-store tests; killed at the end."""

@@ -7,8 +7,9 @@
 - Experience ops: `ExperienceOpBase`, `OpArgs` (an op's arguments), `EXPERIENCE_SCHEMA` (the table it sees).
 - The types a plugin receives or returns: `Task`, `Experience`, `EngineClient`, `Generation`, `Sample`,
   `RewardFn`; and the built-ins it may reuse: `get_reward_fn` (a reward function by name), `call_reward` (one
-  called on a response to a task, with the task's `info` if it takes one) and the `tool_math` calculator
-  (`TOOL_SYSTEM_PROMPT`, `is_tool_call`, `tool_result`).
+  called on a response to a task, with the task's `info` if it takes one), the `tool_math` calculator
+  (`TOOL_SYSTEM_PROMPT`, `is_tool_call`, `tool_result`) and its function-calling form (`CALCULATOR_TOOL`, the
+  tool's schema for `tools=[...]`; `call_result`, a parsed call's answer).
 
 Names imported from their earlier homes (`operators.rewards`, `operators.rollout.rewards`,
 `operators.workflows.registry`, `operators.workflows.math`, `operators.ops`) still work, with a
@@ -24,11 +25,13 @@ from operators.workflows.base import WorkflowBase, register_workflow
 from operators.workflows.env import EnvWorkflow, MalformedAction
 from operators.workflows.single_turn import MathWorkflow, SingleTurnWorkflow
 from operators.workflows.tool_math import TOOL_SYSTEM_PROMPT, is_tool_call, tool_result
+from operators.workflows.tool_math_fc import CALCULATOR_TOOL, call_result
 from schemas.experience import EXPERIENCE_SCHEMA, Experience
 from schemas.experience_ops import OpArgs
 from schemas.task import Task
 
 __all__ = [
+    "CALCULATOR_TOOL",
     "EXPERIENCE_SCHEMA",
     "TOOL_SYSTEM_PROMPT",
     "AgentWorkflow",
@@ -45,6 +48,7 @@ __all__ = [
     "SingleTurnWorkflow",
     "Task",
     "WorkflowBase",
+    "call_result",
     "call_reward",
     "get_reward_fn",
     "is_tool_call",

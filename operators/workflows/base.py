@@ -31,6 +31,7 @@ BUILTIN_MODULES = (
     "operators.workflows.eval_math",
     "operators.workflows.tool_math",
     "operators.workflows.command_agent",
+    "operators.workflows.tool_math_fc",
 )
 FLAGS = ("resettable", "repeatable", "asynchronous")
 

@@ -1,8 +1,8 @@
 """The deterministic builder behind rftflow's tiny models: one recipe in, one model folder out.
 
-A `Recipe` says what a model is taught: the chat roles its template renders, the texts its tokenizer is
-trained on (or the shipped model it starts from), and the training conversations (only assistant turns are
-learned). The builder is the same for every recipe:
+A `Recipe` says what a model is taught: the chat roles its template renders (or a template of its own), the
+texts its tokenizer is trained on (or the shipped model it starts from), and the training conversations (only
+assistant turns are learned). The builder is the same for every recipe:
 1. a digit-level byte BPE tokenizer (one token per digit, so arithmetic is learnable) with a chat template in
    which each turn is `<|role|>content<|eos|>`, eos doubling as end-of-turn so vLLM stops after a reply;
 2. a 2-layer Llama (hidden 128, head_dim 64: a size vLLM's CPU attention kernels support);
@@ -86,6 +86,11 @@ class Recipe:
     corpus: Callable[[], list[str]] | None = None  # the texts its tokenizer is trained on (without a base)
     base: Path | None = None  # a shipped model folder to start from, in place of a fresh model
     added_tokens: tuple[str, ...] = ()  # plain tokens added to the base's tokenizer (each one id)
+    template: str | None = None  # its chat template, when not the plain one of `chat_template(roles)`
+
+
+def template_of(recipe: Recipe) -> str:
+    return recipe.template if recipe.template is not None else chat_template(recipe.roles)
 
 
 def role_token(role: str) -> str:
@@ -231,6 +236,7 @@ def train(
 def fresh_model(recipe: Recipe) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """A tokenizer trained on the recipe's corpus and a randomly initialised model sized to it."""
     tokenizer = build_tokenizer(recipe.corpus(), recipe.roles)
+    tokenizer.chat_template = template_of(recipe)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
@@ -254,7 +260,7 @@ def based_model(recipe: Recipe) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFa
     roles = [role_token(role) for role in recipe.roles if role_token(role) not in known]
     tokenizer.add_special_tokens({"additional_special_tokens": roles}, replace_extra_special_tokens=False)
     tokenizer.add_tokens([token for token in recipe.added_tokens if token not in known])
-    tokenizer.chat_template = chat_template(recipe.roles)
+    tokenizer.chat_template = template_of(recipe)
     model = LlamaForCausalLM.from_pretrained(recipe.base, dtype=torch.float32)
     model.resize_token_embeddings(len(tokenizer))
     return model, tokenizer

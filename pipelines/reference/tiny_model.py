@@ -1,15 +1,18 @@
-"""Build the tiny models that ship with rftflow: the default `tiny-arith-llama`, and `tiny-tool-llama`.
+"""Build the tiny models that ship with rftflow: the default `tiny-arith-llama`, `tiny-tool-llama` and
+`tiny-fc-llama`.
 
 rftflow needs a policy that loads in vLLM CPU in seconds and is *partly* right on the bundled tasks, so RL
 has reward signal without any download. Both models come from one deterministic builder
 (`pipelines.reference.tiny_builder`); a recipe says what each is taught:
 1. `arith` (the default model): the arithmetic format only, trained on train-split prompts just long enough
    that temperature-1.0 accuracy lands mid-range (about 0.55 train / 0.42 eval);
-2. `tool` (`pipelines.reference.tiny_tool_model`): the same, plus the `tool_math` calculator convention.
+2. `tool` (`pipelines.reference.tiny_tool_model`): the same, plus the `tool_math` calculator convention;
+3. `fc` (`pipelines.reference.tiny_fc_model`): the tool model, taught to call the calculator by function
+   calling (Hermes-style `<tool_call>`, read by vLLM's `hermes` tool parser).
 Everything is seeded and single-threaded, so a rebuild with the same seed reproduces the same weights, checked
 by `weights_hash` and recorded in BUILD_INFO.json with the figures measured after the build.
 
-Run: `python -m pipelines.tiny_model [--recipe tool] [--out DIR]`.
+Run: `python -m pipelines.tiny_model [--recipe tool|fc] [--out DIR]`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pipelines.reference.tiny_builder import (
     build,
     format_response,
 )
+from pipelines.reference.tiny_fc_model import FC_RECIPE
 from pipelines.reference.tiny_tool_model import TOOL_RECIPE
 from schemas.atomic import atomic_write_text
 from schemas.config import ASSETS
@@ -154,9 +158,16 @@ def tool_figures(model_dir: Path) -> dict[str, Any]:
     return {"vllm_tool_figures": tool_model_check.calibrate(model_dir)}
 
 
+def fc_figures(model_dir: Path) -> dict[str, Any]:
+    """The function-calling model's calibration: call and parse rates and rewards, measured on vLLM through
+    its OpenAI API with the hermes tool parser."""
+    return {"vllm_fc_figures": tool_model_check.calibrate_fc(model_dir)}
+
+
 RECIPES: dict[str, tuple[Recipe, Callable[[Path], dict[str, Any]]]] = {
     "arith": (ARITH_RECIPE, arith_figures),
     "tool": (TOOL_RECIPE, tool_figures),
+    "fc": (FC_RECIPE, fc_figures),
 }
 
 
@@ -175,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         choices=sorted(RECIPES),
         default="arith",
         help="arith: the default model (pipelines/assets/tiny-arith-llama); tool: tiny-tool-llama, also "
-        "taught the tool_math calculator, its figures measured on vLLM (default: %(default)s)",
+        "taught the tool_math calculator; fc: tiny-fc-llama, the tool model calling it by function calling "
+        "(hermes); the last two's figures measured on vLLM (default: %(default)s)",
     )
     parser.add_argument(
         "--out",
