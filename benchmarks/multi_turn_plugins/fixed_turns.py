@@ -33,7 +33,7 @@ class FixedTurnsEnv(EnvWorkflow):
 
 @register_workflow("bench_fixed_agent")
 class FixedTurnsAgent(AgentWorkflow):
-    """The same turns through the engine's OpenAI API."""
+    """The same turns through the engine's OpenAI API, recorded by the engine under the run's session."""
 
     async def run_agent(self, task, client, model) -> float:
         args = task.rollout_args
