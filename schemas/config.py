@@ -33,6 +33,7 @@ from schemas.engine_config import RolloutModelConfig
 from schemas.interpolation import hide_env
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.secrets import mask_tree
+from schemas.serve_config import ServeConfig
 
 # The names users import from here, wherever each is defined: the sections, the defaults and the loading.
 __all__ = [
@@ -247,10 +248,11 @@ class Config(Strict):
     # resumable: a resumed run may change these (pipelines/control/resume_check.py); the rest are its identity
     free_on_resume: ClassVar[frozenset[str]] = frozenset({"project", "monitor", "ray", "mode"})
 
-    mode: Literal["explore", "bench"] = Field(
+    mode: Literal["explore", "bench", "serve"] = Field(
         "explore",
         description="`explore` runs the explorer; `bench` benchmarks the checkpoints in "
-        "`synchronizer.checkpoint_dir` instead (Trinity-RFT's mode of the same name)",
+        "`synchronizer.checkpoint_dir` instead (Trinity-RFT's mode of the same name); `serve` serves live "
+        "traffic and commits what is rewarded (`serve`, `python -m pipelines.serve`)",
     )
     project: str = Field("rftflow", description="MLflow experiment name, unless `monitor.experiment` is set")
     name: str = Field("explore", description="run name; the default run dir is `runs/<name>-<timestamp>`")
@@ -264,6 +266,7 @@ class Config(Strict):
     synchronizer: SynchronizerConfig = SynchronizerConfig()
     monitor: MonitorConfig = MonitorConfig()
     ray: RayConfig = RayConfig()
+    serve: ServeConfig = ServeConfig()
     # NAME -> value of each environment variable the config file's `${oc.env:NAME}` read: written back as the
     # reference, never as the value, wherever the config is shown or saved (`public_dump`)
     _env: dict[str, str] = PrivateAttr(default_factory=dict)

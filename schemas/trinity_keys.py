@@ -29,13 +29,13 @@ from schemas.trinity_transforms import (
     renamed,
     repeat_times,
     response_tokens,
+    serve_key,
     sql_only,
     sync_method,
     sync_style,
     value_of,
 )
 
-SERVE = "serve mode only, which rftflow does not run"
 READING = "the reading side is the trainer's"
 
 
@@ -185,8 +185,20 @@ EXPLORER = Section(
         "eval_interval": Map("eval_interval"),
         "eval_on_startup": Map("eval_on_startup"),
         "bench_on_latest_checkpoint": Map("bench_on_latest_checkpoint"),
-        **ignored(("proxy_port", "listen_address", "service_status_check_interval"), SERVE),
-        **ignored(("min_running_model_num", "db_url"), SERVE),
+        "proxy_port": Map("", "serve.port (serve mode)", serve_key("serve.port")),
+        "listen_address": Map(
+            "",
+            "serve.host (serve mode; Trinity's default 0.0.0.0 needs serve.admin_key)",
+            serve_key("serve.host"),
+            default=lambda t, where: "0.0.0.0" if t.get("mode") == "serve" else None,
+        ),
+        "service_status_check_interval": Map(
+            "", "serve.health_check_interval_s (serve mode)", serve_key("serve.health_check_interval_s")
+        ),
+        "min_running_model_num": Map(
+            "", "serve.min_running_engines (serve mode)", serve_key("serve.min_running_engines")
+        ),
+        "db_url": Map("", "serve.db_url (serve mode)", serve_key("serve.db_url")),
         "over_rollout": Section(
             {
                 "ratio": Map("ratio"),
@@ -343,7 +355,7 @@ TRINITY = Section(
     {
         "mode": Map(
             "mode",
-            "explore, both: an explore run; bench; train, serve, colocate refused",
+            "explore, both: an explore run; bench; serve (pipelines.serve); train, colocate refused",
             mode,
             default=value_of("both"),
         ),

@@ -11,7 +11,7 @@ from typing import Any
 
 from schemas.trinity_rules import Default, Transform, Translation
 
-MODES_REFUSED = {"train": "the trainer is yours", "serve": "a serving mode", "colocate": "colocated training"}
+MODES_REFUSED = {"train": "the trainer is yours", "colocate": "colocated training"}
 WORKFLOWS = {"math_workflow": "math", "math_boxed_workflow": "math_boxed"}
 REWARDS = {
     "math_reward": "math_accuracy",
@@ -62,11 +62,24 @@ def repeat_times(t: Translation, where: str) -> int:
 def mode(value: str, t: Translation, where: str) -> str | None:
     if value in MODES_REFUSED:
         t.refuse(where, f"mode {value} ({MODES_REFUSED[value]}) is not an explorer run")
-    if value not in ("explore", "both", "bench"):
+    if value not in ("explore", "both", "bench", "serve"):
         t.refuse(where, f"unknown mode {value!r}")
     if value == "both":
         t.notice("mode both: the explorer side runs here; the trainer is yours (or --with-trainer)")
-    return "bench" if value == "bench" else None
+    return value if value in ("bench", "serve") else None
+
+
+def serve_key(target: str) -> Transform:
+    """A key of Trinity's serve mode, to `target` (an rftflow key) in a `mode: serve` config; ignored, with a
+    notice, in any other mode."""
+
+    def transform(value: Any, t: Translation, where: str) -> None:
+        if t.get("mode", "both") != "serve":
+            t.notice(f"{where}: ignored (serve mode only)")
+            return
+        t.put(target, value)
+
+    return transform
 
 
 def checkpoint_dir(value: str, t: Translation, where: str) -> str:

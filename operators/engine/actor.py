@@ -143,6 +143,10 @@ class VLLMEngine(ServesCallBatches, WeightSwaps):
         """The session's calls in order and why its limits stopped it, if they did; the session ends."""
         return self.sessions.collect(key)
 
+    def take_session_call(self, key: str, index: int) -> dict[str, Any]:
+        """One finished call of an open session, handed over once (the serving front's store keeps it)."""
+        return self.sessions.take_call(key, index)
+
     def close_session(self, key: str) -> None:
         """End a session uncollected (its run failed): its records go, its key stops working."""
         self.sessions.close(key)

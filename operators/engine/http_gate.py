@@ -28,6 +28,7 @@ from schemas.errors import TaskInputError
 log = logging.getLogger(__name__)
 
 VERSION_HEADER = "x-rftflow-model-version"
+CALL_HEADER = "x-rftflow-call"  # a session call's index in its session: where its record is (`take_call`)
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -164,7 +165,7 @@ class EngineGate:
     @staticmethod
     def start_call(session: Session, route: str) -> Recording:
         call, seed = session.admit(route)
-        return Recording(session, call, seed)
+        return Recording(session, call, seed, index=len(session.calls) - 1)
 
     async def serve(
         self, scope: Scope, body: bytes, receive: Receive, send: Send, recording: Recording | None
@@ -186,6 +187,8 @@ class EngineGate:
             if message["type"] == "http.response.start":
                 started = True
                 headers = [*message.get("headers", []), (VERSION_HEADER.encode(), str(version).encode())]
+                if recording is not None:
+                    headers.append((CALL_HEADER.encode(), str(recording.index).encode()))
                 message = {**message, "headers": headers}
             await send(message)
 

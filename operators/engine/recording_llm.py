@@ -30,6 +30,7 @@ class Recording:
     session: Session
     call: SessionCall
     seed: int | None
+    index: int = 0  # the call's place in its session
     used: bool = False
 
     def next_call(self) -> SessionCall:

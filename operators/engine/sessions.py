@@ -61,7 +61,7 @@ class SessionCall:
 class Session:
     key: str
     limits: SessionLimits
-    calls: list[SessionCall] = field(default_factory=list)
+    calls: list[SessionCall | None] = field(default_factory=list)  # None: taken (`SessionBook.take_call`)
     stopped: str | None = None  # the limit that stopped the run: `max_turns` or `length`
     stop_message: str = ""
     last_used: float = field(default_factory=time.monotonic)
@@ -70,7 +70,7 @@ class Session:
         """A record for the next call and its seed, or SessionRefused naming the limit it would pass. The
         gate stamps the record's version once the call is past the weight-swap pause."""
         self.last_used = time.monotonic()
-        done = self.calls[-1] if self.calls else None
+        done = next((c for c in reversed(self.calls) if c is not None), None)
         if self.stopped is None and len(self.calls) >= self.limits.max_turns:
             self.stop("max_turns", f"max_turns={self.limits.max_turns} calls made")
         elif self.stopped is None and done and len(done.prompt_ids) + len(done.response_ids) >= self.budget:
@@ -124,8 +124,19 @@ class SessionBook:
         if session is None:
             gone = f"it was collected, or dropped after {IDLE_S:g}s idle"
             raise KeyError(f"no open session {key[:8]}...: {gone}")
-        calls = [asdict(c) for c in session.calls if c.prompt_ids]  # a call vLLM refused sampled nothing
+        # a call vLLM refused sampled nothing; a taken one was handed over already
+        calls = [asdict(c) for c in session.calls if c is not None and c.prompt_ids]
         return {"calls": calls, "stopped": session.stopped, "stop_message": session.stop_message}
+
+    def take_call(self, key: str, index: int) -> dict[str, Any]:
+        """One finished call's record, handed over once (a serving front stores it as each call ends); the
+        session stays open, and the record's memory is freed."""
+        session = self.get(key)
+        call = session.calls[index]
+        if call is None:
+            raise KeyError(f"call {index} of session {key[:8]}... was already taken")
+        session.calls[index] = None
+        return asdict(call)
 
     def close(self, key: str) -> None:
         """End a session without collecting it (its run failed)."""

@@ -139,7 +139,7 @@ def test_an_unset_variable_with_a_default_takes_it_and_one_without_is_named(trin
     ("changes", "key", "fragment"),
     [
         ({"mode": "train"}, "mode", "not an explorer run"),
-        ({"mode": "serve"}, "mode", "not an explorer run"),
+        ({"mode": "serve"}, "serve", "explorer.listen_address"),  # Trinity's 0.0.0.0 default, no key
         ({"mode": "colocate"}, "mode", "not an explorer run"),
         ({"model": {"model_path": "m", "tinker": {"enable": True}}}, "model.tinker", "Tinker"),
         ({"model": {"model_path": "m", "external_model": "gpt"}}, "model.external_model", "external"),
