@@ -1,10 +1,13 @@
-"""Ray Data datasource over a planned taskset: a read task per (file, epoch), blocks cut at steps."""
+"""Ray Data datasources: over a planned taskset, a read task per (file, epoch), blocks cut at steps; and in a
+scheduled run, one read task taking each step's tasks from the step gate as the driver draws them."""
 
 from __future__ import annotations
 
+import ray
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
+from operators.actors.names import NAMESPACE
 from operators.tasks.reader import TasksetPlan, iter_task_tables, read_units
 from schemas.config import TasksetConfig
 from schemas.task import TASK_SCHEMA
@@ -42,3 +45,29 @@ class TasksetDatasource(Datasource):
             )
             tasks.append(ReadTask(read, meta, schema=TASK_SCHEMA, per_task_row_limit=per_task_row_limit))
         return tasks
+
+
+class FedDatasource(Datasource):
+    """A scheduled run's tasks, step by step from `first_step` to `last_step`: each step's rows are posted to
+    the gate by the driver (`StepGate.post`) once the feedback they depend on is committed, so the read waits
+    on the gate rather than on a file."""
+
+    def __init__(self, gate_name: str, first_step: int, last_step: int):
+        self.gate_name, self.first_step, self.last_step = gate_name, first_step, last_step
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return None
+
+    def num_read_tasks(self) -> int:
+        return 1
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
+        gate_name, first, last = self.gate_name, self.first_step, self.last_step
+
+        def read():
+            gate = ray.get_actor(gate_name, namespace=NAMESPACE)
+            for step in range(first, last + 1):
+                yield ray.get(gate.tasks.remote(step))
+
+        meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
+        return [ReadTask(read, meta, schema=TASK_SCHEMA, per_task_row_limit=per_task_row_limit)]

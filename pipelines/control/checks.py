@@ -25,8 +25,10 @@ from operators.rollout.plugins import load_plugins
 from operators.rollout.reward_registry import get_reward_fn
 from operators.tasks.reader import TasksetPlan, plan_taskset
 from operators.tasks.rows import json_type
+from operators.tasks.scheduled import ScheduledTasks, taskset_key
 from operators.workflows.agent import AgentWorkflow
 from operators.workflows.base import load_builtins, workflow_class
+from pipelines.control.schedule_checks import plan_training
 from schemas.config import Config, validate_tree
 from schemas.errors import InputError, read_text
 from schemas.storage import Location, display, filesystem, is_remote
@@ -118,6 +120,7 @@ class Inputs:
     plan: TasksetPlan | None
     eval_plans: dict[str, TasksetPlan]
     expected: TensorMetaMap
+    scheduled: ScheduledTasks | None = None  # a scheduled run's tasks (`pipelines.control.schedule_checks`)
 
 
 MLFLOW_KEY = "monitor.mlflow_uri"
@@ -284,7 +287,10 @@ def check_workflows(cfg: Config) -> None:
     for plugin_dir in cfg.plugin_dirs:
         load_plugins(plugin_dir)
     inputs, prefix = cfg.buffer.explorer_input, "buffer.explorer_input"
-    tasksets = [(inputs.taskset, False, "taskset")]
+    training = inputs.training_tasksets
+    tasksets = [
+        (ts, False, taskset_key(inputs, i).removeprefix(f"{prefix}.")) for i, ts in enumerate(training)
+    ]
     tasksets += [(ts, True, f"eval_tasksets.{i}") for i, ts in enumerate(inputs.eval_tasksets)]
     for taskset, is_eval, where in tasksets:
         own = taskset.default_workflow_type is not None or not is_eval
@@ -330,11 +336,7 @@ def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     check_config(cfg)
     buffer = cfg.buffer
     explorer_input = buffer.explorer_input
-    plan = (
-        plan_taskset(explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps)
-        if train
-        else None
-    )
+    plan, scheduled = plan_training(cfg) if train else (None, None)
     eval_plans = {
         ts.name: plan_taskset(ts, buffer.batch_size, 1, None) for ts in explorer_input.eval_tasksets
     }
@@ -344,4 +346,4 @@ def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     expected = base_tensor_meta(cfg.model.model_path)
     check_workflows(cfg)
     check_experience_ops(cfg)
-    return Inputs(plan, eval_plans, expected)
+    return Inputs(plan, eval_plans, expected, scheduled)
