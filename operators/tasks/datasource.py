@@ -49,8 +49,10 @@ class TasksetDatasource(Datasource):
 
 class FedDatasource(Datasource):
     """A scheduled run's tasks, step by step from `first_step` to `last_step`: each step's rows are posted to
-    the gate by the driver (`StepGate.post`) once the feedback they depend on is committed, so the read waits
-    on the gate rather than on a file."""
+    the gate by the driver (`StepGate.post`) once the feedback they depend on is committed, so a read waits on
+    the gate rather than on a file. One read task a step: Ray Data holds a read task's small blocks back until
+    they fill a block or the task ends, so a task reading several steps would wait on a step that waits on
+    those it holds."""
 
     def __init__(self, gate_name: str, first_step: int, last_step: int):
         self.gate_name, self.first_step, self.last_step = gate_name, first_step, last_step
@@ -59,15 +61,16 @@ class FedDatasource(Datasource):
         return None
 
     def num_read_tasks(self) -> int:
-        return 1
+        return max(1, self.last_step - self.first_step + 1)
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
-        gate_name, first, last = self.gate_name, self.first_step, self.last_step
+        tasks = []
+        for step in range(self.first_step, self.last_step + 1):
 
-        def read():
-            gate = ray.get_actor(gate_name, namespace=NAMESPACE)
-            for step in range(first, last + 1):
+            def read(step: int = step, gate_name: str = self.gate_name):
+                gate = ray.get_actor(gate_name, namespace=NAMESPACE)
                 yield ray.get(gate.tasks.remote(step))
 
-        meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
-        return [ReadTask(read, meta, schema=TASK_SCHEMA, per_task_row_limit=per_task_row_limit)]
+            meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
+            tasks.append(ReadTask(read, meta, schema=TASK_SCHEMA, per_task_row_limit=per_task_row_limit))
+        return tasks

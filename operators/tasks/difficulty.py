@@ -96,8 +96,9 @@ class DifficultySelector(SelectorBase):
 
     def figures(self, rows: Sequence[int]) -> dict[str, float]:
         means = self.alphas / (self.alphas + self.betas)
-        out = {"estimated_pass_rate": float(means[list(rows)].mean()) if len(rows) else 0.0}
-        out["mean_pass_rate"] = float(means.mean())
+        out = {"mean_pass_rate": float(means.mean())}
+        if len(rows):
+            out["estimated_pass_rate"] = float(means[list(rows)].mean())
         if self.capability is not None:
             out["capability"] = self.capability
         return out

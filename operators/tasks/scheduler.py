@@ -99,10 +99,10 @@ class TaskScheduler:
             k = taken[index]
             picks.append(Pick(index, drawn[index][k], starts[index] + k))
             taken[index] = k + 1
-        self.figures[step] = {
+        self.figures[step] = {  # every selector's, whether it drew in this step or not
             f"{index}/{name}": value
-            for index, rows in drawn.items()
-            for name, value in self.selectors[index].figures(rows).items()
+            for index, selector in enumerate(self.selectors)
+            for name, value in selector.figures(drawn.get(index, [])).items()
         }
         self.next_step = step + 1
         return picks

@@ -11,6 +11,7 @@ from operators.tasks.datasource import FedDatasource, TasksetDatasource
 from operators.tasks.reader import TasksetPlan
 from schemas.config import Config, TasksetConfig
 
+FED_READS = 4  # a scheduled run's read tasks at once: the next steps, each waiting for the driver to post it
 FORWARDER_CPUS = 0.25  # forwarding actors mostly wait; whole CPUs for them would starve the read tasks
 
 
@@ -61,5 +62,10 @@ def eval_dataset(
 
 
 def read(source: TasksetDatasource | FedDatasource) -> ray.data.Dataset:
-    """The task rows, in the blocks the source cuts (one step each), never split further by Ray Data."""
+    """The task rows, in the blocks the source cuts (one step each), never split further by Ray Data. A fed
+    read's tasks mostly wait on the gate: they take no CPU, and only a few run at once."""
+    if isinstance(source, FedDatasource):
+        return ray.data.read_datasource(
+            source, override_num_blocks=source.num_read_tasks(), num_cpus=0, concurrency=FED_READS
+        )
     return ray.data.read_datasource(source, override_num_blocks=source.num_read_tasks())
