@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from operators.tasks.scheduler import Pick
-from pipelines.control.feed import task_feedback
+from pipelines.control.feed import Feeder, task_feedback
 from pipelines.control.schedule_checks import plan_training
 from schemas.config import load_config, validate_tree
 from schemas.errors import InputError
@@ -198,3 +198,50 @@ def test_a_trinity_config_draws_the_same_sequence_as_the_native_one(tmp_path, mo
     ours, theirs = load_config(tmp_path / "native.yaml"), load_config(tmp_path / "trinity.yaml")
     assert sequence(theirs, 6) == sequence(ours, 6)
     assert {name for step in sequence(ours, 6) for name, _ in step} == {"graded", "b"}
+
+
+class CommittedSteps:
+    """What `Feeder.restore` reads of a sink: each committed step's experiences."""
+
+    def __init__(self):
+        self.steps: dict[int, pa.Table] = {}
+
+    def read_step(self, step: int) -> pa.Table:
+        return self.steps[step]
+
+
+def made_up_experiences(table: pa.Table) -> pa.Table:
+    """Two samples a task; a task passes when its answer is even."""
+    uids, tasksets = table.column("task_uid").to_pylist(), table.column("taskset").to_pylist()
+    rewards = [float(int(t) % 2 == 0) for t in table.column("truth").to_pylist()]
+    return pa.table({"task_uid": uids * 2, "taskset": tasksets * 2, "reward": rewards * 2})
+
+
+def test_a_resume_replays_the_steps_committed_after_the_saved_state_and_draws_on_exactly(tmp_path):
+    cfg = config(tmp_path, setting(0, "data_selector.kwargs", {"tau": 0.2, "do_sample": True}))
+    uninterrupted, sink, saved = Feeder(plan_training(cfg)[1]), CommittedSteps(), {}
+    tables = {}
+    for step in range(1, 8):
+        tables[step] = uninterrupted.draw(step)
+        sink.steps[step] = made_up_experiences(tables[step])
+        saved[step], figures = uninterrupted.committed(step, sink.steps[step])
+        assert "selector/a/mean_pass_rate" in figures
+    # the crash came after step 5 committed, before its state was saved: the state on disk is step 3's
+    resumed = Feeder(plan_training(cfg)[1])
+    state = resumed.restore(json.loads(json.dumps(saved[3])), sink, latest_step=5)
+    assert state["next_step"] == 6 and state["fed"] == 5
+    for step in (6, 7):
+        assert resumed.draw(step).equals(tables[step])
+        resumed.committed(step, sink.steps[step])
+    assert Feeder(plan_training(cfg)[1]).restore(None, sink, latest_step=0) is None  # a fresh run
+
+
+def test_a_changed_selector_is_an_identity_change_on_resume(tmp_path):
+    from pipelines.control.resume_check import check_resume
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config(tmp_path).model_dump(mode="json")))
+    check_resume(config(tmp_path), run_dir)  # the same config resumes
+    with pytest.raises(InputError, match="buffer.explorer_input.tasksets"):
+        check_resume(config(tmp_path, setting(0, "data_selector.seed", 1)), run_dir)
