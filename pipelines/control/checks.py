@@ -281,11 +281,16 @@ def base_tensor_meta(model_path: Path) -> TensorMetaMap:
         raise InputError(str(exc), file=str(model_path), field="model.model_path") from None
 
 
-def check_workflows(cfg: Config) -> None:
-    """Load plugins and check every workflow and reward name, and that an agent workflow has its endpoint."""
+def load_plugin_dirs(cfg: Config) -> None:
+    """The built-in workflows, then the plugins: what they register (workflows, rewards, ops, selectors) is
+    there before any name is looked up."""
     load_builtins()
     for plugin_dir in cfg.plugin_dirs:
         load_plugins(plugin_dir)
+
+
+def check_workflows(cfg: Config) -> None:
+    """Check every workflow and reward name (plugins loaded), and that an agent workflow has its endpoint."""
     inputs, prefix = cfg.buffer.explorer_input, "buffer.explorer_input"
     training = inputs.training_tasksets
     tasksets = [
@@ -316,7 +321,7 @@ def check_workflows(cfg: Config) -> None:
 
 
 def check_experience_ops(cfg: Config) -> None:
-    """Every experience op is registered (a built-in, or a plugin's once `check_workflows` loaded them) and
+    """Every experience op is registered (a built-in, or a plugin's once `load_plugin_dirs` loaded them) and
     takes its arguments; the built-ins' arguments were checked with the config already."""
     for i, op in enumerate(cfg.buffer.explorer_input.experience_ops):
         key = f"buffer.explorer_input.experience_ops.{i}"
@@ -334,6 +339,7 @@ def check_experience_ops(cfg: Config) -> None:
 def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     """Plan the training taskset (when `train`) and every eval taskset, check the model and the workflows."""
     check_config(cfg)
+    load_plugin_dirs(cfg)  # a plugin's selector is looked up as the training tasksets are planned
     buffer = cfg.buffer
     explorer_input = buffer.explorer_input
     plan, scheduled = plan_training(cfg) if train else (None, None)

@@ -173,3 +173,24 @@ def test_uncommitted_feedback_is_never_in_a_checkpoint():
     resumed = scheduler(lag=0)
     resumed.load_state_dict(json.loads(json.dumps(saved)))
     assert resumed.draw(2, 4) == p2
+
+
+def test_the_difficulty_pool_example_plugin_draws_from_its_pools_and_resumes():
+    from pathlib import Path
+
+    from operators.rollout.plugins import load_plugins
+
+    load_plugins(Path(__file__).resolve().parents[2] / "examples" / "selectors")
+    pool = make("difficulty_pool", 6, weights={"learning": 1.0, "unseen": 0.0})
+    first = pool.next(4)  # nothing measured: every task is unseen, the only pool with tasks
+    pool.feedback([0, 1, 2], [0.5, 1.0, 0.0])
+    assert pool.figures([]) == {
+        "pool_unseen": 3.0,
+        "pool_failed": 1.0,
+        "pool_learning": 1.0,
+        "pool_solved": 1.0,
+    }
+    assert pool.next(3) == [0, 0, 0]  # only `learning` has weight, and task 0 alone is in it
+    again = make("difficulty_pool", 6, weights={"learning": 1.0, "unseen": 0.0})
+    again.load_state_dict(json.loads(json.dumps(pool.state_dict())))
+    assert again.next(5) == pool.next(5) and len(first) == 4
