@@ -11,13 +11,18 @@ with the tiny model (`--tasks 1024 --batch-size 64`), end to end >= 0.95 with th
 (`--set model.model_path=/tmp/llama-100m`, built by `benchmarks/make_random_model.py`), first commit <= 5 s
 after engines-ready.
 
+`--curriculum` also runs, in the same round, the same steps over two tasksets (the bundled graded arithmetic
+under `difficulty_based`, the arithmetic taskset under `shuffle`), each step's tasks drawn by the driver as
+the feedback they depend on commits, and prints its warm rate against the single taskset's as the last line:
+`curriculum: ratio=X.XX (target >= 0.95)` (#44).
+
 A fresh engine's speed varies by up to 13% from one instance to the next on a 2-core machine (measured: four
 direct runs of the same tasks in one process), more than the gaps the targets are about. `--rounds N` runs N
 rounds of (direct, pipeline), each on fresh engines and a fresh Ray, prints each round, and takes the headline
 from the medians of the per-round ratios.
 
     python benchmarks/pipeline_vs_engine.py [--tasks 256] [--repeat 4] [--max-tokens 16] [--shared-engines]
-                                            [--rounds 1]
+                                            [--rounds 1] [--curriculum]
 """
 
 from __future__ import annotations
@@ -57,7 +62,30 @@ def parse_args() -> argparse.Namespace:
         help="start and warm the engines before the call and time the pipeline from the call (its pool's "
         "start included) rather than from engines-ready inside a call that starts its own",
     )
+    options.add_argument(
+        "--curriculum",
+        action="store_true",
+        help="also run two tasksets with difficulty_based, and print its warm rate against the single one's",
+    )
     return options.parse_args()
+
+
+def curriculum_config(cfg):
+    """The same run over two tasksets: the bundled graded arithmetic under `difficulty_based`, and the
+    config's own taskset under `shuffle`, both with its sampling and repeats."""
+    from schemas.config import ASSETS, validate_tree
+
+    tree = cfg.model_dump(mode="json")
+    inputs = tree["buffer"]["explorer_input"]
+    single = inputs.pop("taskset")
+    graded = dict(single, name="graded", path=str(ASSETS / "tasksets" / "arith_graded" / "train.jsonl"))
+    graded["data_selector"] = {
+        "selector_type": "difficulty_based",
+        "feature_keys": ["weak_pass", "strong_pass"],
+        "kwargs": {"target_reward": 0.5, "tau": 0.1},
+    }
+    inputs["tasksets"] = [graded, dict(single, data_selector={"selector_type": "shuffle"})]
+    return validate_tree(tree, "the curriculum benchmark")
 
 
 def throughput_config(args: argparse.Namespace):
@@ -176,9 +204,14 @@ def one_round(args: argparse.Namespace, cfg, tasks) -> dict[str, Any]:
 
     in_flight = cfg.explorer.runner_per_model * cfg.buffer.batch_size * cfg.explorer.rollout_model.engine_num
     direct_tokens, direct_s = asyncio.run(direct(cfg, tasks, in_flight))
+    curriculum = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             times = pipeline(cfg, Path(tmp) / "bench", args.shared_engines)
+        if args.curriculum:
+            ray.shutdown()  # as the single-taskset run started: a fresh Ray and engine
+            with tempfile.TemporaryDirectory() as tmp:
+                curriculum = pipeline(curriculum_config(cfg), Path(tmp) / "curriculum", args.shared_engines)
     finally:
         ray.shutdown()
     run, pipe_s, first_commit = times.run, times.seconds, times.first_commit
@@ -204,6 +237,10 @@ def one_round(args: argparse.Namespace, cfg, tasks) -> dict[str, Any]:
         "pipeline_engine_start_s": round(times.engine_start, 2),
         "pipeline_shutdown_s": round(times.shutdown, 2),
     }
+    if curriculum is not None:
+        rate = curriculum.run.warm_tokens / curriculum.run.warm_seconds
+        result["curriculum_warm_tokens_per_s"] = round(rate, 1)
+        result["ratio_curriculum"] = round(rate / warm_rate, 3)
     print(json.dumps(result, indent=2), flush=True)
     return result
 
@@ -223,6 +260,9 @@ def main() -> None:
         f"{end_to_end:.2f}, target >= 0.95 with the 113M model; first commit {first_commit:.1f} s (<= 5); "
         f"{median}clock from {rounds[0]['clock_starts_at']})"
     )
+    if args.curriculum:
+        ratio = statistics.median(r["ratio_curriculum"] for r in rounds)
+        print(f"curriculum: ratio={ratio:.2f} (target >= 0.95)")
 
 
 if __name__ == "__main__":

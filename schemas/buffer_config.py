@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from schemas.config_base import ASSETS, MAX_INT32, MAX_SECONDS, GivenPath, Strict
 from schemas.experience_ops import ExperienceOpConfig
+from schemas.selector_config import SelectorConfig
 
 DEFAULT_TRAIN = ASSETS / "tasksets" / "arith" / "train.jsonl"
 DEFAULT_EVAL = ASSETS / "tasksets" / "arith" / "eval.jsonl"
@@ -111,6 +112,19 @@ class TasksetConfig(Strict):
     )
     # 16 MiB holds a million-token prompt (~4 bytes a token) four times over, yet bounds what one line costs;
     # 1 GiB keeps a row far inside Arrow's 2 GiB per string array.
+    data_selector: SelectorConfig = Field(
+        SelectorConfig(),
+        validation_alias=AliasChoices("data_selector", "task_selector"),
+        description="training tasksets: which rows each step draws, in what order (`task_selector`: its "
+        "older name; see Tasksets)",
+    )
+    weight: float = Field(
+        1.0,
+        gt=0.0,
+        le=1_000_000.0,
+        description="training tasksets: drawn `weight` times as often as its size implies, when several are "
+        "mixed",
+    )
     max_row_bytes: int = Field(
         16 * 2**20,
         ge=1,
@@ -137,6 +151,21 @@ class ExplorerInput(Strict):
     free_on_resume: ClassVar[frozenset[str]] = frozenset({"eval_tasksets", "default_eval_workflow_type"})
 
     taskset: TasksetConfig = TasksetConfig()
+    tasksets: list[TasksetConfig] = Field(
+        [],
+        description="several training tasksets, mixed in proportion to size times `weight`, reshuffled each "
+        "epoch (an epoch: every taskset's rows once); empty: `[taskset]`",
+    )
+    mix_seed: int = Field(
+        0, ge=0, le=2**63 - 1, description="seed of the order several tasksets are mixed in, each epoch"
+    )
+    feedback_lag: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="a feedback-driven selector picks step N's tasks from what steps up to N - lag - 1 "
+        "measured (null: the sync interval); the gate holds step N back until those are committed",
+    )
     eval_tasksets: list[TasksetConfig] = Field(
         [],
         description="tasksets with the same fields as `taskset`, each evaluated whole, on the same engines",
@@ -149,6 +178,28 @@ class ExplorerInput(Strict):
         description="ops run on each task's finished samples before they are written, in order: "
         "`{name, args}` each (see Experience ops); training steps only, never evals",
     )
+
+    @model_validator(mode="after")
+    def _one_list(self) -> ExplorerInput:
+        if self.tasksets and self.taskset != TasksetConfig():  # a saved config holds the default too
+            raise ValueError("give `taskset` or `tasksets`, not both")
+        names = [t.name for t in self.training_tasksets]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"taskset names must differ: {', '.join(twice)} given twice")
+        return self
+
+    @property
+    def training_tasksets(self) -> list[TasksetConfig]:
+        """The tasksets a run trains on: `tasksets`, or the single `taskset` as a list of one."""
+        return list(self.tasksets) or [self.taskset]
+
+    @property
+    def selected(self) -> bool:
+        """Whether the tasks go through the taskset scheduler (several tasksets, or a selector other than
+        file order), rather than the planned file-order read."""
+        sets = self.training_tasksets
+        return len(sets) > 1 or not sets[0].data_selector.is_default
 
     def workflow_for(self, taskset: TasksetConfig, is_eval: bool) -> str:
         return taskset.default_workflow_type or (self.default_eval_workflow_type if is_eval else "math")

@@ -291,8 +291,10 @@ class Config(Strict):
         rollout, inputs = self.explorer.rollout_model, self.buffer.explorer_input
         prompt = rollout.max_prompt_tokens
         limit = f"explorer.rollout_model.max_model_len ({rollout.max_model_len}): lower one, or raise it"
-        for i, taskset in enumerate([inputs.taskset, *inputs.eval_tasksets]):
-            where = ("eval_tasksets", i - 1) if i else ("taskset",)
+        training = inputs.training_tasksets
+        where_train = [("tasksets", i) for i in range(len(training))] if inputs.tasksets else [("taskset",)]
+        wheres = [*where_train, *(("eval_tasksets", i) for i in range(len(inputs.eval_tasksets)))]
+        for where, taskset in zip(wheres, [*training, *inputs.eval_tasksets], strict=True):
             loc = ("buffer", "explorer_input", *where, "rollout_args", "max_tokens")
             key, tokens = ".".join(map(str, loc)), taskset.rollout_args.max_tokens
             if tokens >= rollout.max_model_len:

@@ -16,6 +16,7 @@ from typing import Any
 PATH_KEYS = (
     "model.model_path",
     "buffer.explorer_input.taskset.path",
+    "buffer.explorer_input.tasksets.*.path",
     "buffer.explorer_input.eval_tasksets.*.path",
     "synchronizer.checkpoint_dir",
     "plugin_dirs.*",

@@ -32,7 +32,7 @@ def is_trinity(tree: dict[str, Any]) -> bool:
         any(k in tree for k in MARKERS)
         or "max_response_tokens" in section(tree, "model")
         or "storage_type" in section(inputs, "taskset")
-        or "tasksets" in inputs
+        or any(isinstance(t, dict) and "storage_type" in t for t in inputs.get("tasksets") or ())
         or experience_buffer.get("storage_type") in ("queue", "file")
     )
 
@@ -41,4 +41,7 @@ def translate(tree: dict[str, Any], source: str) -> tuple[dict[str, Any], list[s
     """rftflow's config tree for a Trinity-RFT one, and the notices about what was ignored or changed."""
     translation = Translation(resolve(tree, source), source)
     translation.walk(TRINITY, translation.src, "", "")
+    given = section(translation.src, "buffer", "explorer_input")
+    if "tasksets" in given and "taskset" not in given:  # the absent `taskset` was walked for its defaults
+        section(translation.out, "buffer", "explorer_input").pop("taskset", None)
     return translation.out, translation.notices

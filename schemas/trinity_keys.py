@@ -29,6 +29,7 @@ from schemas.trinity_transforms import (
     renamed,
     repeat_times,
     response_tokens,
+    selector,
     serve_key,
     sql_only,
     sync_method,
@@ -41,13 +42,12 @@ READING = "the reading side is the trainer's"
 
 SELECTOR = Section(
     {
-        "selector_type": Refuse(
-            "rftflow reads a taskset in order (Trinity's `sequential`)", Differs("sequential")
-        ),
-        "seed": Ignore("only a random selector reads it"),
-        "feature_keys": Ignore("only a difficulty-based selector reads it"),
-        "kwargs": Ignore("only other selectors read it"),
-    }
+        "selector_type": Map("selector_type", "Trinity's built-in selectors; another is refused", selector),
+        "seed": Map("seed"),
+        "feature_keys": Map("feature_keys"),
+        "kwargs": Map("kwargs", "free-form, as it is"),
+    },
+    into="data_selector",
 )
 FORMAT = Section(
     {
@@ -105,7 +105,7 @@ TASKSET = Section(
         "rollout_args": ROLLOUT_ARGS,
         "workflow_args": Map("workflow_args", "free-form, as it is"),
         "reward_fn_args": Map("reward_fn_args", "free-form, as it is"),
-        "task_selector": Section(SELECTOR.keys),  # Trinity's old name for data_selector
+        "task_selector": SELECTOR,  # Trinity's old name for data_selector
         "data_selector": SELECTOR,
         "split": Map("split"),
         "subset_name": Map("subset_name"),
@@ -142,9 +142,7 @@ BUFFER = Section(
         "explorer_input": Section(
             {
                 "taskset": Section(TASKSET.keys, into="taskset"),
-                "tasksets": Refuse(
-                    "several tasksets are not supported yet; give one as `buffer.explorer_input.taskset`"
-                ),
+                "tasksets": Each(TASKSET, "tasksets"),
                 "eval_tasksets": Each(TASKSET, "eval_tasksets"),
                 "default_workflow_type": Read("each taskset's `default_workflow_type`", "where it sets none"),
                 "default_eval_workflow_type": Map(

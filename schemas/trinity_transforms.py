@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas.selector_config import BUILTIN_SELECTORS
 from schemas.trinity_rules import Default, Transform, Translation
 
 MODES_REFUSED = {"train": "the trainer is yours", "colocate": "colocated training"}
@@ -136,6 +137,13 @@ def length(name: str, *also: str) -> Transform:
 
 def response_tokens(t: Translation, where: str) -> int | None:
     return lengths(t)["max_response_tokens"]
+
+
+def selector(value: str, t: Translation, where: str) -> str:
+    """A selector rftflow has under Trinity's name; any other (a Trinity plugin's) is refused, naming it."""
+    if value not in BUILTIN_SELECTORS:
+        t.refuse(where, f"selector_type {value!r} is not one rftflow has ({', '.join(BUILTIN_SELECTORS)})")
+    return value
 
 
 def reject_taskset_storage(value: str, t: Translation, where: str) -> None:

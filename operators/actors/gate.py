@@ -28,6 +28,8 @@ class StepGate:
         self.reports: list[pa.Table] = []
         self.reported = asyncio.Condition()
         self.enlisted: dict[str, object] = {}  # actor id (hex) -> handle of each forwarder that started
+        self.fed: dict[int, pa.Table] = {}  # a scheduled run's task rows by step, as the driver draws them
+        self.posted = asyncio.Condition()
 
     def enlist(self, actor_id: str, handle: object) -> None:
         self.enlisted[actor_id] = handle
@@ -47,6 +49,21 @@ class StepGate:
             self.released = max(self.released, upto)
             self.changed.notify_all()
             return self.released
+
+    async def post(self, tables: dict[int, pa.Table], committed: int) -> None:
+        """A scheduled run's next steps' tasks (the driver draws them as feedback allows); the tasks of
+        steps up to `committed` are dropped, as no read needs them again."""
+        async with self.posted:
+            self.fed.update(tables)
+            for step in [s for s in self.fed if s <= committed]:
+                del self.fed[step]
+            self.posted.notify_all()
+
+    async def tasks(self, step: int) -> pa.Table:
+        """Step `step`'s tasks in a scheduled run, once the driver has posted them."""
+        async with self.posted:
+            await self.posted.wait_for(lambda: step in self.fed)
+            return self.fed[step]
 
     async def report(self, records: pa.Table) -> None:
         async with self.reported:

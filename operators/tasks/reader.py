@@ -106,6 +106,7 @@ class TasksetPlan:
     # (path, ascending bad row numbers) with on_bad_row: skip; 8 bytes a row, so a million cost 8 MB, not 36
     skipped: tuple[tuple[str, Sequence[int]], ...] = ()
     skip_messages: tuple[str, ...] = ()  # the first few reasons, for the report
+    epoch_tasks: int | None = None  # tasks an epoch holds when it is not the rows (several tasksets mixed)
 
     @property
     def skipped_rows(self) -> int:
@@ -120,7 +121,7 @@ class TasksetPlan:
 
     @property
     def total_tasks(self) -> int:
-        tasks = self.rows * self.total_epochs
+        tasks = (self.epoch_tasks or self.rows) * self.total_epochs
         return tasks if self.total_steps is None else min(tasks, self.total_steps * self.batch_size)
 
     @property

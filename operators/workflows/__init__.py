@@ -5,6 +5,8 @@
   each sample scored by a reward function), `EnvWorkflow` (an in-process environment; `MalformedAction` is
   its answer to an action it cannot take) and `AgentWorkflow` (agent code on the official OpenAI client).
 - Experience ops: `ExperienceOpBase`, `OpArgs` (an op's arguments), `EXPERIENCE_SCHEMA` (the table it sees).
+- Taskset selectors: `SelectorBase` and `register_selector` (see docs/configuration.md, "Several tasksets and
+  selectors").
 - The types a plugin receives or returns: `Task`, `Experience`, `EngineClient`, `Generation`, `Sample`,
   `RewardFn`; and the built-ins it may reuse: `get_reward_fn` (a reward function by name), `call_reward` (one
   called on a response to a task, with the task's `info` if it takes one), the `tool_math` calculator
@@ -20,6 +22,7 @@ from operators.engine.client import EngineClient
 from operators.engine.samples import Generation, Sample
 from operators.ops.registry import ExperienceOpBase, register_op
 from operators.rollout.reward_registry import RewardFn, call_reward, get_reward_fn, register_reward
+from operators.tasks.selectors import SelectorBase, register_selector
 from operators.workflows.agent import AgentWorkflow
 from operators.workflows.base import WorkflowBase, register_workflow
 from operators.workflows.env import EnvWorkflow, MalformedAction
@@ -45,6 +48,7 @@ __all__ = [
     "OpArgs",
     "RewardFn",
     "Sample",
+    "SelectorBase",
     "SingleTurnWorkflow",
     "Task",
     "WorkflowBase",
@@ -54,6 +58,7 @@ __all__ = [
     "is_tool_call",
     "register_op",
     "register_reward",
+    "register_selector",
     "register_workflow",
     "tool_result",
 ]

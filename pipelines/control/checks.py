@@ -25,8 +25,10 @@ from operators.rollout.plugins import load_plugins
 from operators.rollout.reward_registry import get_reward_fn
 from operators.tasks.reader import TasksetPlan, plan_taskset
 from operators.tasks.rows import json_type
+from operators.tasks.scheduled import ScheduledTasks, taskset_key
 from operators.workflows.agent import AgentWorkflow
 from operators.workflows.base import load_builtins, workflow_class
+from pipelines.control.schedule_checks import plan_training
 from schemas.config import Config, validate_tree
 from schemas.errors import InputError, read_text
 from schemas.storage import Location, display, filesystem, is_remote
@@ -118,6 +120,7 @@ class Inputs:
     plan: TasksetPlan | None
     eval_plans: dict[str, TasksetPlan]
     expected: TensorMetaMap
+    scheduled: ScheduledTasks | None = None  # a scheduled run's tasks (`pipelines.control.schedule_checks`)
 
 
 MLFLOW_KEY = "monitor.mlflow_uri"
@@ -278,13 +281,21 @@ def base_tensor_meta(model_path: Path) -> TensorMetaMap:
         raise InputError(str(exc), file=str(model_path), field="model.model_path") from None
 
 
-def check_workflows(cfg: Config) -> None:
-    """Load plugins and check every workflow and reward name, and that an agent workflow has its endpoint."""
+def load_plugin_dirs(cfg: Config) -> None:
+    """The built-in workflows, then the plugins: what they register (workflows, rewards, ops, selectors) is
+    there before any name is looked up."""
     load_builtins()
     for plugin_dir in cfg.plugin_dirs:
         load_plugins(plugin_dir)
+
+
+def check_workflows(cfg: Config) -> None:
+    """Check every workflow and reward name (plugins loaded), and that an agent workflow has its endpoint."""
     inputs, prefix = cfg.buffer.explorer_input, "buffer.explorer_input"
-    tasksets = [(inputs.taskset, False, "taskset")]
+    training = inputs.training_tasksets
+    tasksets = [
+        (ts, False, taskset_key(inputs, i).removeprefix(f"{prefix}.")) for i, ts in enumerate(training)
+    ]
     tasksets += [(ts, True, f"eval_tasksets.{i}") for i, ts in enumerate(inputs.eval_tasksets)]
     for taskset, is_eval, where in tasksets:
         own = taskset.default_workflow_type is not None or not is_eval
@@ -310,7 +321,7 @@ def check_workflows(cfg: Config) -> None:
 
 
 def check_experience_ops(cfg: Config) -> None:
-    """Every experience op is registered (a built-in, or a plugin's once `check_workflows` loaded them) and
+    """Every experience op is registered (a built-in, or a plugin's once `load_plugin_dirs` loaded them) and
     takes its arguments; the built-ins' arguments were checked with the config already."""
     for i, op in enumerate(cfg.buffer.explorer_input.experience_ops):
         key = f"buffer.explorer_input.experience_ops.{i}"
@@ -328,13 +339,10 @@ def check_experience_ops(cfg: Config) -> None:
 def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     """Plan the training taskset (when `train`) and every eval taskset, check the model and the workflows."""
     check_config(cfg)
+    load_plugin_dirs(cfg)  # a plugin's selector is looked up as the training tasksets are planned
     buffer = cfg.buffer
     explorer_input = buffer.explorer_input
-    plan = (
-        plan_taskset(explorer_input.taskset, buffer.batch_size, buffer.total_epochs, buffer.total_steps)
-        if train
-        else None
-    )
+    plan, scheduled = plan_training(cfg) if train else (None, None)
     eval_plans = {
         ts.name: plan_taskset(ts, buffer.batch_size, 1, None) for ts in explorer_input.eval_tasksets
     }
@@ -344,4 +352,4 @@ def check_inputs(cfg: Config, train: bool = True) -> Inputs:
     expected = base_tensor_meta(cfg.model.model_path)
     check_workflows(cfg)
     check_experience_ops(cfg)
-    return Inputs(plan, eval_plans, expected)
+    return Inputs(plan, eval_plans, expected, scheduled)

@@ -28,6 +28,7 @@ from operators.tasks.reader import TasksetPlan
 from pipelines.benchmark.session import benchmark_for_explorer
 from pipelines.control.checks import check_bench_run_dir, check_inputs, check_local_defaults, check_run_dir
 from pipelines.control.eval_schedule import EvalSchedule
+from pipelines.control.feed import Feeder
 from pipelines.control.fleet import EngineFleet
 from pipelines.control.resume_check import check_resume
 from pipelines.control.run_record import (
@@ -79,6 +80,7 @@ class Explorer:
         self.monitor: MlflowMonitor | None = None
         self.state = ExplorerState()
         self.plan: TasksetPlan | None = None
+        self.feeder: Feeder | None = None  # a scheduled run's (several tasksets, or a selector)
         self.eval_plans: dict[str, TasksetPlan] = {}
         self.expected: TensorMetaMap = {}
         self.stream: Iterator[CommittedStep] | None = None
@@ -111,6 +113,10 @@ class Explorer:
         self.state = resume_state(self.run_dir, self.sink)
         if not reopen(self.run_dir, self.state.latest_step, self.plan.num_steps):
             return  # a finished run given again: nothing is started, and no stream opened
+        if inputs.scheduled is not None:
+            self.feeder = Feeder(inputs.scheduled)
+            saved = self.state.selector_state
+            self.state.selector_state = self.feeder.restore(saved, self.sink, self.state.latest_step)
         make_dirs(self.run_dir)
         init_ray(cfg.ray, self.ray_address, self.verbose)
         if self.fleet is None:
@@ -182,6 +188,9 @@ class Explorer:
             return False
         self.state.latest_step = done.step
         self.reporter.committed(done, self.fleet.restarts)
+        if self.feeder is not None:  # before the next steps are drawn (`_act_on_step`)
+            self.state.selector_state, figures = self.feeder.committed(done.step, done.experiences)
+            self.monitor.log_metrics(figures, done.step)
         await asyncio.to_thread(self._publish, done)  # before a sync: the trainer may need this step first
         await self._act_on_step()
         self.state.task_index = min(done.step * self.config.buffer.batch_size, self.plan.total_tasks)
@@ -338,7 +347,7 @@ class Explorer:
         )
 
     def _release_period(self) -> None:
-        release_period(self.config, self.gate, self.state.latest_step, self.plan.num_steps)
+        release_period(self.config, self.gate, self.state.latest_step, self.plan.num_steps, self.feeder)
 
     def _open_stream(self) -> None:
         """The committed-step stream from the step after the last committed one, over the drain started

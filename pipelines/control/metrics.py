@@ -47,6 +47,20 @@ def experience_metrics(experiences: pa.Table) -> dict[str, float]:
     return metrics
 
 
+def taskset_metrics(experiences: pa.Table, names: list[str]) -> dict[str, float]:
+    """`rollout/<taskset>/reward/{mean,max,min}`, its response lengths and experience count, per training
+    taskset of a run with several (the count is 0 where a step drew none of it)."""
+    metrics: dict[str, float] = {}
+    column = experiences.column("taskset")
+    for name in names:
+        part = experiences.filter(pc.equal(column, name))
+        lengths = pc.list_value_length(part.column("response_ids"))
+        metrics.update(stats(f"rollout/{name}/reward", part.column("reward")))
+        metrics.update(stats(f"rollout/{name}/response_length", lengths))
+        metrics[f"rollout/{name}/experience_count"] = float(len(part))
+    return metrics
+
+
 def reward_part_stats(prefix: str, experiences: pa.Table) -> dict[str, float]:
     """`<prefix>/<part>/{mean,max,min}` for each reward part the workflow recorded (e.g. `accuracy`, or
     tool_math's `called_tool`, whose mean is the tool-call rate), over the experiences that have it."""

@@ -7,10 +7,11 @@ from pathlib import Path
 import ray
 
 from operators.rollout.operator import RolloutOperator, RolloutStage
-from operators.tasks.datasource import TasksetDatasource
+from operators.tasks.datasource import FedDatasource, TasksetDatasource
 from operators.tasks.reader import TasksetPlan
 from schemas.config import Config, TasksetConfig
 
+FED_READS = 4  # a scheduled run's read tasks at once: the next steps, each waiting for the driver to post it
 FORWARDER_CPUS = 0.25  # forwarding actors mostly wait; whole CPUs for them would starve the read tasks
 
 
@@ -41,8 +42,11 @@ def explore_dataset(
 ) -> ray.data.Dataset:
     """The training stream from `first_step` on; batches write fragments and report records to the gate."""
     explorer_input = cfg.buffer.explorer_input
-    workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
-    source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
+    if explorer_input.selected:  # the driver draws each step's tasks (`pipelines.control.feed`)
+        source = FedDatasource(gate_name, first_step, plan.num_steps)
+    else:
+        workflow = explorer_input.workflow_for(explorer_input.taskset, is_eval=False)
+        source = TasksetDatasource(explorer_input.taskset, plan, workflow=workflow, first_step=first_step)
     ops = [op.model_dump(mode="json") for op in explorer_input.experience_ops]  # training steps only
     stage = RolloutStage.from_config(cfg, engine_names, gate_name, sink_root, ops, plan.num_steps)
     return rollout(read(source), cfg, stage)
@@ -57,6 +61,11 @@ def eval_dataset(
     return rollout(read(source), cfg, RolloutStage.from_config(cfg, engine_names))
 
 
-def read(source: TasksetDatasource) -> ray.data.Dataset:
-    """The task rows, in the blocks the source cuts (one step each), never split further by Ray Data."""
+def read(source: TasksetDatasource | FedDatasource) -> ray.data.Dataset:
+    """The task rows, in the blocks the source cuts (one step each), never split further by Ray Data. A fed
+    read's tasks mostly wait on the gate: they take no CPU, and only a few run at once."""
+    if isinstance(source, FedDatasource):
+        return ray.data.read_datasource(
+            source, override_num_blocks=source.num_read_tasks(), num_cpus=0, concurrency=FED_READS
+        )
     return ray.data.read_datasource(source, override_num_blocks=source.num_read_tasks())

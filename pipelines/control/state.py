@@ -5,6 +5,7 @@ On an object-store run dir both go to the same store."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -25,6 +26,8 @@ class ExplorerState(BaseModel):
     last_sync_step: int = 0
     sync_failures: int = 0  # syncs that kept the old weights (refused, timed out or failed)
     published_step: int = 0  # last committed step handed to the experience queue (when there is one)
+    # a scheduled run's taskset scheduler (selectors, feedback not yet applied), as of `latest_step`
+    selector_state: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, run_dir: Location) -> ExplorerState | None:

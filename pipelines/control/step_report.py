@@ -11,7 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from pipelines.control.metrics import failed_records, failure_table, sample_table, step_metrics
+from pipelines.control.metrics import (
+    failed_records,
+    failure_table,
+    sample_table,
+    step_metrics,
+    taskset_metrics,
+)
 from pipelines.control.steps import CommittedStep
 from pipelines.control.throughput import (
     BusyClock,
@@ -83,6 +89,9 @@ class StepReporter:
             done.experiences, done.records, done.seconds, done.reference_version, done.dropped_stale
         )
         metrics["engine/restarts"] = float(engine_restarts)
+        tasksets = self.cfg.buffer.explorer_input.training_tasksets
+        if len(tasksets) > 1:
+            metrics.update(taskset_metrics(done.experiences, [t.name for t in tasksets]))
         window = sampling_window(done.records)
         if window is not None:
             self.windows.append(window)

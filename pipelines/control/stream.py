@@ -19,6 +19,7 @@ from operators.actors.names import NAMESPACE, get_within, on_this_node
 from operators.rollout.runner import runs_per_task
 from operators.sinks.base import Sink
 from operators.tasks.reader import TasksetPlan
+from pipelines.control.feed import Feeder
 from pipelines.control.fleet import Fleet
 from pipelines.control.state import save_carried
 from pipelines.control.steps import CommittedStep, StalenessBound, StepCommitter, committed_task_uids
@@ -54,8 +55,11 @@ def start_behind_gate(
     return handle, drain_in_background(dataset)
 
 
-def release_period(cfg: Config, gate: Any, latest_step: int, num_steps: int) -> None:
-    """Open the gate up to the end of the period `latest_step` is in (`sync_policy.release_boundary`)."""
+def release_period(
+    cfg: Config, gate: Any, latest_step: int, num_steps: int, feeder: Feeder | None = None
+) -> None:
+    """Open the gate up to the end of the period `latest_step` is in (`sync_policy.release_boundary`); in a
+    scheduled run, only up to the last step whose tasks the feeder could draw and post."""
     sync = cfg.synchronizer
     upto = release_boundary(
         sync.sync_method,
@@ -67,6 +71,8 @@ def release_period(cfg: Config, gate: Any, latest_step: int, num_steps: int) -> 
         max_staleness=sync.max_staleness,
         partial=sync.partial_rollout,
     )
+    if feeder is not None:
+        upto = min(upto, feeder.feed(gate, upto, latest_step))
     get_within(gate.release.remote(upto), "the step gate (release a period)")
 
 
@@ -88,7 +94,8 @@ def open_stream(
     `reference_version` gives the trainer's newest version, what the staleness bound measures against; a run
     with over-rollout recycling records the tasks each step moves on (`save_carried`)."""
     repeats = runs_per_task(
-        cfg.buffer.explorer_input.taskset.repeat_times, cfg.explorer.max_repeat_times_per_runner
+        cfg.buffer.explorer_input.training_tasksets[0].repeat_times,  # the same in each (schedule_checks)
+        cfg.explorer.max_repeat_times_per_runner,
     )
     committer = StepCommitter(
         plan,

@@ -30,6 +30,7 @@ from pipelines.report_lib.plots import (
     response_length_figure,
     reward_figure,
     save_png,
+    taskset_figure,
     throughput_figure,
     version_figure,
 )
@@ -77,7 +78,8 @@ SAMPLING = ("temperature", "top_p", "top_k", "max_tokens")
 
 def config_facts(config: dict[str, Any]) -> dict[str, Any]:
     """What the run ran, from its config.yaml: the model, the tasksets and the training sampling."""
-    taskset = config_field(config, "buffer.explorer_input.taskset", {}) or {}
+    several = config_field(config, "buffer.explorer_input.tasksets", []) or []
+    taskset = (several[0] if several else config_field(config, "buffer.explorer_input.taskset", {})) or {}
     evals = config_field(config, "buffer.explorer_input.eval_tasksets", []) or []
     args = taskset.get("rollout_args") or {}
     sampling = [f"{name}={args[name]}" for name in SAMPLING if name in args]
@@ -85,7 +87,9 @@ def config_facts(config: dict[str, Any]) -> dict[str, Any]:
         sampling.append(f"n={taskset['repeat_times']}")
     return {
         "model": config_field(config, "model.model_path", "not recorded"),
-        "taskset": f"{taskset.get('name')} ({taskset.get('path')})" if taskset else "not recorded",
+        "taskset": ", ".join(f"{t.get('name')} ({t.get('path')})" for t in several or [taskset])
+        if taskset
+        else "not recorded",
         "eval tasksets": ", ".join(f"{e.get('name')} ({e.get('path')})" for e in evals) or "none",
         "sampling": ", ".join(sampling) or "not recorded",
     }
@@ -119,6 +123,7 @@ def explore_page(run: Run, page: PageBuilder) -> str:
     page.html("Run", facts_html(explore_facts(run, table, failed)))
     if len(table):
         page.figure(reward_heading(table), "reward.png", reward_figure(table))
+        page.figure("Tasksets and curriculum", "tasksets.png", taskset_figure(table, histories))
         page.figure("Response length per step", "response_length.png", response_length_figure(table))
         page.figure("Model version and staleness", "versions.png", version_figure(table, histories))
     else:

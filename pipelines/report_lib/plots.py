@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.report_lib.mlflow_store import History, series
 from pipelines.report_lib.summaries import (
@@ -113,6 +114,30 @@ def reward_figure(table: pa.Table) -> Any:
         ax.set_title(name)
         ax.set_xlabel("step")
     legend_below(figure, axes[0])
+    return figure
+
+
+def taskset_figure(table: pa.Table, histories: History) -> Any | None:
+    """A run over several tasksets, or with a selector: each taskset's reward per step (with its spread), and
+    the selectors' own figures (`selector/<taskset>/<name>`) from MLflow. None for a single file-order one."""
+    names = sorted(set(table.column("taskset").to_pylist())) if len(table) else []
+    figures = [n for n in metric_names(list(histories), "selector/") if not n.endswith("/experiences")]
+    if len(names) < 2 and not figures:
+        return None
+    figure, axes = new_figure(2 if figures else 1, "tasksets and the curriculum per step")
+    tasksets = pc.field("taskset")
+    for name in names:
+        part = table.filter(tasksets == name)
+        draw_spread(axes[0], step_stats(part.column("step"), part.column("reward")), name)
+    axes[0].set_title("reward per taskset")
+    axes[0].set_xlabel("step")
+    axes[0].legend(fontsize="small")
+    if figures:
+        for metric in figures:
+            axes[1].plot(*series(histories, metric), marker="o", label=metric.removeprefix("selector/"))
+        axes[1].set_title("selector figures")
+        axes[1].set_xlabel("step")
+        axes[1].legend(fontsize="small")
     return figure
 
 

@@ -26,6 +26,8 @@ from mlflow import MlflowClient
 from ops_checks import FILTERED, OPS, check_whole_groups_with_grpo_advantages, committed, metric_by_step
 
 from operators.sinks.parquet import ParquetSink
+from pipelines.control.feed import task_feedback
+from pipelines.control.schedule_checks import plan_training
 from pipelines.control.state import ExplorerState
 from pipelines.explore import explore
 from schemas.config import DEFAULT_EVAL, load_config
@@ -376,3 +378,51 @@ def test_partial_rollout_commits_each_task_once_across_a_crash_resume(engines, t
     assert any(len(set(row["token_versions"])) > 1 for row in rows)  # some sampled across a sync
     staleness = client.get_metric_history(run_id, "rollout/staleness/max")
     assert max(m.value for m in staleness) <= 2
+
+
+CURRICULUM = ROOT / "pipelines" / "curriculum.yaml"
+
+
+def drawn_by_step(run_dir: Path) -> dict[int, list[tuple[str, str, str]]]:
+    """(taskset, task uid, reference answer) of each committed task, by step, in a stable order."""
+    sink = ParquetSink(run_dir / "experiences")
+    out = {}
+    for step in sink.committed_steps():
+        rows = sink.read_step(step).select(["taskset", "task_uid", "truth"]).to_pylist()
+        out[step] = sorted({(r["taskset"], r["task_uid"], r["truth"]) for r in rows})
+    return out
+
+
+def replayed_by_step(cfg, run_dir: Path) -> dict[int, list[tuple[str, str, str]]]:
+    """What a run that never crashed draws, given the rewards the run in `run_dir` committed: the scheduler
+    driven step by step from a fresh start, each committed step's feedback given as it commits."""
+    _, tasks = plan_training(cfg)
+    sink, picked, out = ParquetSink(run_dir / "experiences"), {}, {}
+    for step in range(1, STEPS + 1):
+        table, picks = tasks.step_table(step)
+        picked.update(zip(table.column("task_uid").to_pylist(), picks, strict=True))
+        columns = [table.column(name).to_pylist() for name in ("taskset", "task_uid", "truth")]
+        out[step] = sorted(zip(*columns, strict=True))
+        tasks.scheduler.feedback(step, task_feedback(sink.read_step(step), picked))
+    return out
+
+
+@pytest.mark.timeout(900)  # an explore process starting an engine, then a resume here
+def test_a_difficulty_curriculum_over_two_tasksets_resumes_to_the_uninterrupted_sequence(engines, tmp_path):
+    """SIGKILL a run of pipelines/curriculum.yaml (two tasksets, `difficulty_based`) mid-way and resume it:
+    every step holds the (taskset, task) an uninterrupted run draws given the same committed rewards, which
+    only holds if the selector's state (its estimates included) and the feedback lag resumed exactly."""
+    base = [s for s in BASE if "explorer_input.taskset." not in s]
+    cfg = load_config(CURRICULUM, [*base, f"buffer.total_steps={STEPS}", "buffer.batch_size=4"])
+    run_dir = crash_and_resume(cfg, tmp_path, engines)
+    got = drawn_by_step(run_dir)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    assert got == replayed_by_step(cfg, run_dir)
+    assert {name for step in got.values() for name, _, _ in step} == {"graded", "arith"}
+    state = ExplorerState.load(run_dir)
+    assert state.selector_state["next_step"] > STEPS and state.selector_state["fed"] == STEPS
+    assert (
+        len(state.selector_state["selectors"][0]["alphas"]) == 400
+    )  # the estimates are saved, not only a count
+    assert sorted(logged(run_dir, "selector/graded/mean_pass_rate")) == list(range(1, STEPS + 1))
+    assert sorted(logged(run_dir, "rollout/graded/reward/mean"))  # logged per taskset

@@ -407,3 +407,23 @@ def test_each_notebook_is_committed_without_outputs_and_takes_run_dir_as_its_par
     assert not dirty, f"{path.name}: code cells {dirty} hold outputs or execution counts; clear them"
     parameters = [cell for cell in code if "parameters" in cell.metadata.get("tags", [])]
     assert len(parameters) == 1 and parameters[0].source.startswith("run_dir = ")
+
+
+def test_the_taskset_figure_draws_each_tasksets_reward_and_the_selector_figures():
+    from schemas.experience import experiences_to_table
+
+    rows = [
+        make_experience(f"{name}/e0/{step}", 0, step=step, taskset=name, reward=reward)
+        for step in (1, 2)
+        for name, reward in (("easy", 1.0), ("hard", 0.0))
+    ]
+    table = experiences_to_table(rows)
+    histories = {
+        "selector/hard/estimated_pass_rate": [(1, 0.5), (2, 0.4)],
+        "selector/hard/experiences": [(1, 1)],
+    }
+    figure = plots.taskset_figure(table, histories)
+    assert [ax.get_title() for ax in figure.axes] == ["reward per taskset", "selector figures"]
+    assert [line.get_label() for line in figure.axes[1].lines] == ["hard/estimated_pass_rate"]
+    single = experiences_to_table([make_experience("t/e0/0", 0)])
+    assert plots.taskset_figure(single, {}) is None  # one file-order taskset: nothing to add

@@ -107,21 +107,34 @@ def test_free_form_dicts_pass_through_unchecked(trinity_env):
     assert translated["reward_fn_args"] == {"whatever": True}
 
 
-def test_several_tasksets_are_refused_naming_the_key_never_replaced_by_the_default(trinity_env, capsys):
+def test_several_tasksets_translate_with_their_selectors_and_a_selector_rftflow_lacks_is_refused(
+    trinity_env, capsys
+):
     tree = yaml.safe_load(COUNTDOWN.read_text())
     inputs = tree["buffer"]["explorer_input"]
-    inputs["tasksets"] = [
-        {"name": "mine", "path": str(DEFAULT_TRAIN), "data_selector": {"selector_type": "random"}}
-    ]
-    del inputs["taskset"]
+    first = dict(inputs.pop("taskset"), name="first")
+    second = {
+        "name": "mine",
+        "path": str(DEFAULT_TRAIN),
+        "task_selector": {"selector_type": "random", "seed": 5},
+    }
+    inputs["tasksets"] = [first, second]
     config = trinity_env / "tasksets.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    tasksets = load_config(config).buffer.explorer_input.tasksets
+    assert [t.name for t in tasksets] == ["first", "mine"]
+    assert tasksets[1].data_selector.selector_type == "random" and tasksets[1].data_selector.seed == 5
+    second["data_selector"] = {"selector_type": "my_plugin_selector"}
+    del second["task_selector"]
     config.write_text(yaml.safe_dump(tree))
     with pytest.raises(InputError) as info:
         load_config(config)
-    assert info.value.field == "buffer.explorer_input.tasksets" and "several tasksets" in str(info.value)
+    assert info.value.field == "buffer.explorer_input.tasksets.1.data_selector.selector_type"
+    assert "'my_plugin_selector'" in str(info.value)
     assert explore_main(["--config", str(config), "--dry-run"]) == 2
-    assert "field 'buffer.explorer_input.tasksets'" in capsys.readouterr().err
-    assert is_trinity({"buffer": {"explorer_input": {"tasksets": []}}})  # recognised by that key alone
+    assert "my_plugin_selector" in capsys.readouterr().err
+    assert is_trinity({"buffer": {"explorer_input": {"tasksets": [{"storage_type": "file"}]}}})
+    assert not is_trinity({"buffer": {"explorer_input": {"tasksets": [{"name": "a"}]}}})  # rftflow's own
 
 
 def test_a_misspelt_rollout_model_key_is_not_called_a_vllm_option(trinity_env, caplog):

@@ -37,7 +37,9 @@ def test_every_key_has_one_row_saying_what_is_done_with_it(page: ModuleType):
     keys = [key for key, _, _ in rows]
     assert len(keys) == len(set(keys))
     handling = dict((key, how) for key, how, _ in rows)
-    assert handling["buffer.explorer_input.tasksets"] == "refused when set"
+    assert handling["buffer.explorer_input.tasksets.N.data_selector.selector_type"] == (
+        "mapped: `buffer.explorer_input.tasksets.N.data_selector.selector_type`"
+    )
     assert handling["explorer.rollout_model.tensor_parallel_size"].startswith(
         "mapped: `explorer.rollout_model."
     )
