@@ -111,7 +111,8 @@ def check_adapter_config(
     targets = config.get("target_modules") or []
     if isinstance(targets, str):
         targets = [] if targets == ALL_LINEAR else [targets]
-    if missing := sorted(set(targets) - module_names(base_model)):
+    # PEFT saves `all-linear` resolved, as full module paths: each must end in one of the model's modules
+    if missing := sorted(t for t in set(targets) if t.rsplit(".", 1)[-1] not in module_names(base_model)):
         raise CheckpointError(f"{where}: target modules {missing} are not in the base model")
 
 
