@@ -109,3 +109,25 @@ def test_the_fleet_refuses_to_mix_full_weights_and_adapters():
         full_fleet.load(
             WeightUpdate(1, "checkpoint", path=Path("x"), adapter=AdapterSpec("a", PROBE, 1)), 1.0
         )
+
+
+def test_the_reference_trainers_adapter_versions_pass_the_explorers_checks(tmp_path):
+    """What `pipelines.reference.lora_trainer` publishes is what `adapter_sync` takes, probe included."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from operators.engine.peft_adapters import score_adapter
+    from pipelines.reference.lora_trainer import adapted, memory_payload, write_version
+
+    cfg = lora_cfg()
+    model = adapted(
+        AutoModelForCausalLM.from_pretrained(TOOL_MODEL, dtype=torch.float32), cfg.model.lora, None
+    )
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.05)
+    update = checkpoint_update(cfg, write_version(model, tmp_path, 1, TOOL_MODEL), 1)
+    assert update.path == tmp_path / "global_step_1" and not list(tmp_path.glob(".global_step_1-*"))
+    assert update.adapter.probe["logprobs"] == score_adapter(TOOL_MODEL, update.path).logprobs
+    announced = memory_update(cfg, 2, memory_payload(model, TOOL_MODEL, lambda state: state))
+    assert announced.adapter.probe == update.adapter.probe and announced.state
