@@ -304,6 +304,16 @@ class Config(Strict):
                 type=PydanticCustomError("lora_cache", problem), loc=loc, input=lora.max_cpu_loras
             )
             raise ValidationError.from_exception_data("Config", [error])
+        if lora is not None and self.explorer.rollout_model.dtype not in ("float32", "float"):
+            # the delivery probe holds the engine's float32 scores to 1e-3; in bfloat16 (what `auto` picks
+            # for a float32 model on CPU) they are ~0.7 off and the base model is barely further
+            problem = "a LoRA run's delivery probe needs float32 engines: set it to float32"
+            loc = ("explorer", "rollout_model", "dtype")
+            dtype = self.explorer.rollout_model.dtype
+            raise ValidationError.from_exception_data(
+                "Config",
+                [InitErrorDetails(type=PydanticCustomError("lora_dtype", problem), loc=loc, input=dtype)],
+            )
         if lora is not None and self.synchronizer.sync_method == "broadcast":
             error = InitErrorDetails(
                 type=PydanticCustomError("lora_sync", "a LoRA run syncs by `checkpoint` or `memory`"),

@@ -55,3 +55,11 @@ def with_adapter(value: Any, t: Translation, where: str) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and value < 0:
         return None
     return value
+
+
+def engine_dtype(t: Translation, where: str) -> str:
+    """Trinity's default engine dtype, bfloat16, except in a LoRA run: the delivery probe needs float32."""
+    if t.get("model.lora_configs"):
+        t.notice(f"{where}: float32, which a LoRA run's delivery probe needs (Trinity's default is bfloat16)")
+        return "float32"
+    return "bfloat16"

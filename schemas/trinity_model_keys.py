@@ -4,7 +4,7 @@ table in `schemas.trinity_keys`; the reasons and helpers the rest of the table s
 
 from __future__ import annotations
 
-from schemas.trinity_lora import adapter, with_adapter
+from schemas.trinity_lora import adapter, engine_dtype, with_adapter
 from schemas.trinity_rules import Differs, Enabled, Given, Ignore, Map, Read, Refuse, Section, ignored
 from schemas.trinity_transforms import api_key, length, value_of
 
@@ -79,7 +79,11 @@ ROLLOUT_MODEL = Section(
         "enable_prefix_caching": Ignore("a vLLM option rftflow leaves at vLLM's default"),
         "enable_chunked_prefill": Map("enable_chunked_prefill"),
         "gpu_memory_utilization": Map("gpu_memory_utilization"),
-        "dtype": Map("dtype", "Trinity's default `bfloat16`", default=value_of("bfloat16")),
+        "dtype": Map(
+            "dtype",
+            "Trinity's default `bfloat16`; `float32` with an adapter (its delivery probe)",
+            default=engine_dtype,
+        ),
         "seed": Map("seed", "Trinity's default 42", default=value_of(42)),
         **{k: Refuse(PER_TASKSET, Given()) for k in ("temperature", "top_p", "top_k", "logprobs")},
         "max_model_len": Map("max_model_len", "over `model.max_model_len`"),

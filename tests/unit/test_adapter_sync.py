@@ -35,6 +35,7 @@ CONFIG = {
 
 def lora_cfg(**sync):
     tree = {"model": {"model_path": str(TOOL_MODEL), "lora": {"max_cpu_loras": 5}}, "synchronizer": sync}
+    tree["explorer"] = {"rollout_model": {"dtype": "float32"}}
     return validate_tree(tree, "c.yaml")
 
 

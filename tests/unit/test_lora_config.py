@@ -8,10 +8,12 @@ from schemas.config import validate_tree
 from schemas.errors import InputError
 from schemas.trinity import translate
 
+F32 = {"rollout_model": {"dtype": "float32"}}
 ISSUE_ENTRY = {"name": "lora", "lora_rank": 16, "lora_alpha": 32, "target_modules": "all-linear"}
 
 
 def trinity(model: dict, **more: dict) -> tuple[dict, list[str]]:
+    more.setdefault("explorer", {"rollout_model": {"dtype": "float32"}})
     return translate({"mode": "explore", "model": {"model_path": "m", **model}, **more}, "t.yaml")
 
 
@@ -20,6 +22,15 @@ def test_trinity_lora_configs_translate_to_one_adapter():
     lora = validate_tree(out, "t.yaml").model.lora
     assert (lora.name, lora.lora_rank, lora.lora_alpha, lora.target_modules) == ("lora", 16, 32, "all-linear")
     assert lora.path is None and lora.max_lora_rank == 16
+
+
+def test_the_issues_trinity_config_translates_and_validates_with_float32_engines():
+    out, notices = translate(
+        {"mode": "explore", "model": {"model_path": "m", "lora_configs": [ISSUE_ENTRY]}}, "t"
+    )
+    cfg = validate_tree(out, "t.yaml")
+    assert (cfg.model.lora.lora_rank, cfg.explorer.rollout_model.dtype) == (16, "float32")
+    assert any("float32, which a LoRA run's delivery probe needs" in n for n in notices)
 
 
 def test_trinity_defaults_fill_an_entry_and_the_served_rank_holds_it():
@@ -79,10 +90,16 @@ def test_runtime_adapter_loading_over_http_is_refused():
 )
 def test_lora_configs_the_engines_cannot_serve_are_refused(tree, field, fragment):
     with pytest.raises(InputError) as info:
-        validate_tree(tree, "c.yaml")
+        validate_tree({**tree, "explorer": F32}, "c.yaml")
     assert info.value.field == field and fragment in str(info.value)
 
 
+def test_a_lora_run_needs_float32_engines_for_its_delivery_probe():
+    with pytest.raises(InputError, match="float32") as info:
+        validate_tree({"model": {"lora": {}}, "explorer": {"rollout_model": {"dtype": "auto"}}}, "c.yaml")
+    assert info.value.field == "explorer.rollout_model.dtype"
+
+
 def test_kept_versions_follow_max_staleness():
-    lora = validate_tree({"model": {"lora": {"max_cpu_loras": 5}}}, "c.yaml").model.lora
+    lora = validate_tree({"model": {"lora": {"max_cpu_loras": 5}}, "explorer": F32}, "c.yaml").model.lora
     assert (lora.kept_versions(None), lora.kept_versions(3)) == (1, 4)
