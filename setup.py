@@ -38,6 +38,8 @@ setup(
         "gpu": ["vllm>=0.32"],
         # the SQL sink's PostgreSQL driver (URLs postgresql+psycopg://...)
         "postgres": ["psycopg[binary]>=3.1"],
+        # LoRA runs: a fresh adapter, the delivery probe's reference logprobs, the reference trainer's adapter
+        "lora": ["peft>=0.13"],
         # procedural tasksets and their scorers (a taskset's `reasoning_gym`: operators/tasks)
         "tasks": ["reasoning-gym>=0.1.25"],
         "test": [
@@ -46,6 +48,7 @@ setup(
             "psutil>=5.9",  # tests/unit/conftest.py: no unit test may leave a vLLM process behind
             "pytest-repeat>=0.9",  # make test-under-load: each test that once failed only under load, 3 times
             "hypothesis>=6.100",
+            "peft>=0.13",  # the LoRA tests (tests/engine/test_lora.py)
             "ruff>=0.6",
             "psycopg[binary]>=3.1",
             "reasoning-gym>=0.1.25",  # the reasoning-gym tasksets' tests (tests/unit/test_reasoning_gym.py)

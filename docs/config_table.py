@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,14 @@ def leaf_rows(section: Strict, prefix: str = "") -> list[tuple[str, str, str]]:
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         default = str(extra["doc_default"]) if "doc_default" in extra else render_default(value)
         rows.append((key, default, field.description))
+        if value is None and extra.get("doc_expand"):  # an optional section: its keys, as when it is given
+            rows.extend(leaf_rows(optional_section(field.annotation)(), f"{key}."))
     return rows
+
+
+def optional_section(annotation: Any) -> type[Strict]:
+    """The section class of a `Section | None` field, whose keys the table lists under it."""
+    return next(a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, Strict))
 
 
 def table_lines(config: Config | None = None) -> list[str]:

@@ -300,6 +300,7 @@ def start_trainer(explorer, lr: float | None = None) -> tuple:
         first_version=explorer.state.model_version,
         timeout=cfg.synchronizer.sync_timeout,
         experience_buffer=cfg.buffer.trainer_input.experience_buffer,
+        lora=cfg.model.lora,
         **({} if lr is None else {"lr": lr}),
     )
     return start_trainer_actor(options)

@@ -31,6 +31,7 @@ from schemas.config_base import ASSETS, MAX_SECONDS, GivenPath, Strict
 from schemas.config_loading import parse_override, read_tree, validated
 from schemas.engine_config import RolloutModelConfig
 from schemas.interpolation import hide_env
+from schemas.lora_config import LoraConfig
 from schemas.rollout_policy import DynamicTimeoutConfig, OverRolloutConfig
 from schemas.secrets import mask_tree
 from schemas.serve_config import ServeConfig
@@ -51,6 +52,7 @@ __all__ = [
     "ExplorerConfig",
     "ExplorerInput",
     "FormatConfig",
+    "LoraConfig",
     "ModelConfig",
     "MonitorConfig",
     "RayConfig",
@@ -76,6 +78,12 @@ class ModelConfig(Strict):
         DEFAULT_MODEL,
         description="a Hugging Face model directory (safetensors, tokenizer, chat template)",
         json_schema_extra={"doc_default": "bundled `tiny-arith-llama`"},
+    )
+    lora: LoraConfig | None = Field(
+        None,
+        description="sample under a LoRA adapter that the trainer updates (null: the whole model); its keys "
+        "below, as when it is given",
+        json_schema_extra={"doc_expand": True},
     )
 
 
@@ -284,6 +292,39 @@ class Config(Strict):
         `${oc.env:NAME}` reference (it may be a secret), and URL passwords and secret-named keys masked
         (`schemas.secrets`): for config.yaml, MLflow params and --dry-run."""
         return mask_tree(hide_env(self.model_dump(mode="json"), self._env))
+
+    @model_validator(mode="after")
+    def _adapters_cached(self) -> Config:
+        # Versions a step may still commit stay loaded, plus the one loading: vLLM's CPU cache holds them.
+        lora, staleness = self.model.lora, self.synchronizer.max_staleness
+        if lora is not None and lora.max_cpu_loras < lora.kept_versions(staleness) + 1:
+            problem = (
+                f"model.lora.max_cpu_loras ({lora.max_cpu_loras}) must be at least "
+                f"synchronizer.max_staleness + 2 ({lora.kept_versions(staleness) + 1})"
+            )
+            loc = ("model", "lora", "max_cpu_loras")
+            error = InitErrorDetails(
+                type=PydanticCustomError("lora_cache", problem), loc=loc, input=lora.max_cpu_loras
+            )
+            raise ValidationError.from_exception_data("Config", [error])
+        if lora is not None and self.explorer.rollout_model.dtype not in ("float32", "float"):
+            # the delivery probe holds the engine's float32 scores to 1e-3; in bfloat16 (what `auto` picks
+            # for a float32 model on CPU) they are ~0.7 off and the base model is barely further
+            problem = "a LoRA run's delivery probe needs float32 engines: set it to float32"
+            loc = ("explorer", "rollout_model", "dtype")
+            dtype = self.explorer.rollout_model.dtype
+            raise ValidationError.from_exception_data(
+                "Config",
+                [InitErrorDetails(type=PydanticCustomError("lora_dtype", problem), loc=loc, input=dtype)],
+            )
+        if lora is not None and self.synchronizer.sync_method == "broadcast":
+            error = InitErrorDetails(
+                type=PydanticCustomError("lora_sync", "a LoRA run syncs by `checkpoint` or `memory`"),
+                loc=("synchronizer", "sync_method"),
+                input="broadcast",
+            )
+            raise ValidationError.from_exception_data("Config", [error])
+        return self
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> Config:

@@ -15,6 +15,7 @@ from typing import Any
 # The config's path keys (dotted; `*` is each item of a list): every `GivenPath` field of `schemas.config`.
 PATH_KEYS = (
     "model.model_path",
+    "model.lora.path",
     "buffer.explorer_input.taskset.path",
     "buffer.explorer_input.tasksets.*.path",
     "buffer.explorer_input.eval_tasksets.*.path",

@@ -4,12 +4,13 @@ table in `schemas.trinity_keys`; the reasons and helpers the rest of the table s
 
 from __future__ import annotations
 
+from schemas.trinity_lora import adapter, engine_dtype, with_adapter
 from schemas.trinity_rules import Differs, Enabled, Given, Ignore, Map, Read, Refuse, Section, ignored
 from schemas.trinity_transforms import api_key, length, value_of
 
 TRAINER = "trainer-side"
 AUTO = "Trinity sets it itself at start-up"
-LORA = "LoRA is not supported"
+LORA_AUTO = "Trinity sets it from `model.lora_configs`; rftflow does too"
 PER_TASKSET = "set it under `model` or in each taskset's `rollout_args`; rftflow has no per-engine sampling"
 THINKING = Refuse(
     "thinking mode is not passed to the chat template",
@@ -47,8 +48,13 @@ MODEL = Section(
         ),
         "repetition_penalty": Refuse("a repetition penalty is not supported", Differs(1.0)),
         "enable_thinking": THINKING,
-        "lora_configs": Refuse(LORA),
-        **ignored(("fully_sharded_loras", "max_cpu_loras"), "LoRA only"),
+        "lora_configs": Map(
+            "model.lora", "its one entry; Trinity's defaults (rank 32, alpha 32, all-linear)", adapter
+        ),
+        **{
+            k: Map(f"model.lora.{k}", "with an adapter in `model.lora_configs`", with_adapter)
+            for k in ("max_cpu_loras", "fully_sharded_loras")
+        },
         "rope_scaling": Refuse("RoPE scaling is not supported"),
         "rope_theta": Refuse("a RoPE theta is not supported"),
         "tinker": Refuse("the Tinker service is not supported", Enabled(), keys=TINKER_KEYS),
@@ -73,7 +79,11 @@ ROLLOUT_MODEL = Section(
         "enable_prefix_caching": Ignore("a vLLM option rftflow leaves at vLLM's default"),
         "enable_chunked_prefill": Map("enable_chunked_prefill"),
         "gpu_memory_utilization": Map("gpu_memory_utilization"),
-        "dtype": Map("dtype", "Trinity's default `bfloat16`", default=value_of("bfloat16")),
+        "dtype": Map(
+            "dtype",
+            "Trinity's default `bfloat16`; `float32` with an adapter (its delivery probe)",
+            default=engine_dtype,
+        ),
         "seed": Map("seed", "Trinity's default 42", default=value_of(42)),
         **{k: Refuse(PER_TASKSET, Given()) for k in ("temperature", "top_p", "top_k", "logprobs")},
         "max_model_len": Map("max_model_len", "over `model.max_model_len`"),
@@ -103,10 +113,12 @@ ROLLOUT_MODEL = Section(
         "weight_sync_buffer_size": Ignore("Trinity's NCCL chunk size; rftflow's weight sync sizes its own"),
         **ignored(("bundle_indices", "engine_id", "ray_namespace", "ray_actor_name", "sync_method"), AUTO),
         **ignored(("checkpoint_job_dir", "cuda_visible_devices"), AUTO),
-        "enable_lora": Refuse(LORA),
-        "enable_runtime_lora_updating": Refuse(LORA),
-        "lora_modules": Refuse(LORA),
-        "lora_kwargs": Refuse(LORA),
+        "enable_lora": Ignore(LORA_AUTO),
+        "enable_runtime_lora_updating": Refuse(
+            "vLLM's adapter-loading HTTP route would let any caller swap the policy; the fleet loads adapters"
+        ),
+        "lora_modules": Ignore(LORA_AUTO),
+        "lora_kwargs": Ignore(LORA_AUTO),
         "rope_scaling": Refuse("RoPE scaling is not supported"),
         "rope_theta": Refuse("a RoPE theta is not supported"),
     },

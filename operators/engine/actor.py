@@ -19,6 +19,7 @@ import uuid
 from dataclasses import asdict
 from typing import Any
 
+from operators.engine.adapter_swaps import AdapterSwaps
 from operators.engine.call_batches import ServesCallBatches
 from operators.engine.cpu_dtype import host_hint
 from operators.engine.openai_server import OpenAIServer, start_server
@@ -30,6 +31,7 @@ from operators.engine.swaps import WeightSwaps
 from operators.engine.vllm_args import engine_args, engine_env, use_gpu
 from schemas.engine_config import RolloutModelConfig
 from schemas.errors import StaleRequest
+from schemas.lora_config import LoraConfig
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +50,22 @@ def node_id() -> str | None:
 WARM_UP_SAMPLES = 32  # enough to take the first-batch stall (`VLLMEngine.warm_up`) out of step 1
 
 
-class VLLMEngine(ServesCallBatches, WeightSwaps):
+class VLLMEngine(ServesCallBatches, WeightSwaps, AdapterSwaps):
     """Plain class (usable in-process); `ray.remote(VLLMEngine)` makes it the engine actor, which forwarders
     send `chat`, `generate` and `chat_turn` requests in batches (`serve`, `cancel_calls`)."""
 
-    def __init__(self, model_path: str, cfg: dict[str, Any], model_version: int = 0, closed: bool = False):
-        """`closed`: hold requests until the first load (a replacement must first get the current weights)."""
+    def __init__(
+        self,
+        model_path: str,
+        cfg: dict[str, Any],
+        model_version: int = 0,
+        closed: bool = False,
+        lora: dict[str, Any] | None = None,
+    ):
+        """`closed`: hold requests until the first load (a replacement must first get the current weights);
+        `lora`: the run's `model.lora`, which enables adapters (`AdapterSwaps`)."""
         rollout = RolloutModelConfig.model_validate(cfg)
+        lora_cfg = None if lora is None else LoraConfig.model_validate(lora)
         gpu = use_gpu(rollout)
         os.environ.update(engine_env(rollout, gpu))
         from vllm import AsyncEngineArgs  # heavy, deferred: only the engine process imports vLLM
@@ -63,7 +74,7 @@ class VLLMEngine(ServesCallBatches, WeightSwaps):
         args = AsyncEngineArgs(
             model=str(model_path),
             worker_extension_cls="operators.engine.worker_extension.WeightWorker",
-            **engine_args(rollout, gpu),
+            **engine_args(rollout, gpu, lora_cfg),
         )
         self.llm = AsyncLLM.from_engine_args(args)
         if not gpu and (hint := host_hint(str(self.llm.model_config.dtype))):
@@ -92,6 +103,8 @@ class VLLMEngine(ServesCallBatches, WeightSwaps):
         self.server: OpenAIServer | None = None
         self.sessions = SessionBook()  # agent runs' HTTP calls, recorded by key (`operators.engine.sessions`)
         self.warming: asyncio.Future | None = None  # the warm-up request, made once (`ready`)
+        self.adapter = None  # the LoRARequest every request samples with (`AdapterSwaps`); None: the base
+        self.adapters_loaded = []
 
     async def ready(self) -> dict[str, Any]:
         """The engine's identity, once its model is loaded, its first forward done (`warm_up`) and (when
@@ -99,7 +112,9 @@ class VLLMEngine(ServesCallBatches, WeightSwaps):
         self.warming = self.warming or asyncio.ensure_future(self.warm_up())
         await asyncio.shield(self.warming)
         if self.rollout.enable_openai_api and self.server is None:
-            self.server = await start_server(self.llm, self.rollout, self.model_path, self.rollout.port, self)
+            self.server = await start_server(
+                self.llm, self.rollout, self.model_path, self.rollout.port, self, lambda: self.adapter
+            )
         return {
             "model_path": self.model_path,
             "model_version": self.model_version,
@@ -200,7 +215,11 @@ class VLLMEngine(ServesCallBatches, WeightSwaps):
     async def health(self) -> dict[str, Any]:
         """Raises when the vLLM core has died (the actor may live on); the supervisor then replaces it."""
         await self.llm.check_health()
-        return {"model_version": self.model_version, "in_flight": self.in_flight}
+        return {
+            "model_version": self.model_version,
+            "in_flight": self.in_flight,
+            "adapter": self.current_adapter(),
+        }
 
     def memory(self) -> dict[int, dict[str, int]]:
         """Resident and peak memory of this actor's process and its children (the vLLM core), by pid."""
@@ -291,7 +310,8 @@ class VLLMEngine(ServesCallBatches, WeightSwaps):
         self.dispatched[request_id] = stamp
         try:
             final = None
-            async for output in self.llm.generate({"prompt_token_ids": list(prompt_ids)}, params, request_id):
+            prompt = {"prompt_token_ids": list(prompt_ids)}
+            async for output in self.llm.generate(prompt, params, request_id, lora_request=self.adapter):
                 final = output
         except Exception as exc:
             if self.llm.errored:  # the core is gone: the request is not lost, it goes to the replacement

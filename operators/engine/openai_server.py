@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,15 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 async def start_server(
-    llm: Any, cfg: RolloutModelConfig, model_path: str, port: int, admission: Admission
+    llm: Any,
+    cfg: RolloutModelConfig,
+    model_path: str,
+    port: int,
+    admission: Admission,
+    adapter: Callable[[], Any] = lambda: None,
 ) -> OpenAIServer:
-    """Serve vLLM's OpenAI app for `llm` on `cfg.host:port` (0: a free port) in this event loop."""
+    """Serve vLLM's OpenAI app for `llm` on `cfg.host:port` (0: a free port) in this event loop. `adapter`
+    gives the engine's current LoRA adapter: the run's one model name samples with it (`RecordingLLM`)."""
     import uvicorn  # heavy, deferred: engine process only
     from vllm.entrypoints.launchers.api_server.app_state import init_app_state  # heavy, deferred: as uvicorn
     from vllm.entrypoints.launchers.app import build_app  # heavy, deferred: as uvicorn
@@ -93,7 +100,7 @@ async def start_server(
         args = vllm_server_args(cfg, model_path, served_model)
         tasks = await llm.get_supported_tasks()
         app = build_app(args, tasks, llm.model_config)
-        await init_app_state(RecordingLLM(llm), app.state, args, tasks)
+        await init_app_state(RecordingLLM(llm, adapter), app.state, args, tasks)
         routes = route_paths(app)
         if unknown := unclassified(routes):
             log.warning("vLLM serves routes rftflow has not classified, refused until they are: %s", unknown)

@@ -10,11 +10,15 @@ sets, which the streaming response's task inherits), it
 - cuts `max_tokens` to the room left in the run's trajectory budget;
 - records prompt ids, completion ids and logprobs as sampled (choice 0), streamed or not, and what was sampled
   when the client went away halfway (finish reason `abort`).
+
+Every request the app makes under the run's one model name samples with the engine's current LoRA adapter,
+when the run has one: the gate admitted it, so no swap runs until it finishes, and the adapter read here is
+the one of the version stamped at admission.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +95,10 @@ class RecordingLLM:
     """The `AsyncLLM` as vLLM's OpenAI app sees it: every attribute is the engine's own, `generate` records
     the calls made under a session."""
 
-    def __init__(self, llm: Any):
+    def __init__(self, llm: Any, adapter: Callable[[], Any] = lambda: None):
+        """`adapter`: the engine's current LoRA adapter (a `LoRARequest`, None for the base model)."""
         self.llm = llm
+        self.adapter = adapter
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.llm, name)
@@ -101,6 +107,8 @@ class RecordingLLM:
         from vllm import SamplingParams  # heavy, deferred: engine process only
         from vllm.sampling_params import RequestOutputKind  # heavy, deferred: as above
 
+        if kwargs.get("lora_request") is None:
+            kwargs["lora_request"] = self.adapter()
         recording = RECORDING.get()
         if recording is None or not isinstance(sampling_params, SamplingParams):
             async for output in self.llm.generate(prompt, sampling_params, *args, **kwargs):

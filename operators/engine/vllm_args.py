@@ -11,6 +11,7 @@ from typing import Any
 
 from operators.engine.vllm_plugin import BUSY_WAIT_ENV
 from schemas.engine_config import RolloutModelConfig
+from schemas.lora_config import LoraConfig
 
 
 def use_gpu(cfg: RolloutModelConfig) -> bool:
@@ -31,9 +32,21 @@ def engine_env(cfg: RolloutModelConfig, gpu: bool) -> dict[str, str]:
     return env
 
 
-def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
+def engine_args(cfg: RolloutModelConfig, gpu: bool, lora: LoraConfig | None = None) -> dict[str, Any]:
     """vLLM engine arguments for `cfg`, besides the model and rftflow's worker extension: one place, so
-    another engine built from the same config (a benchmark's peer) runs with exactly these settings."""
+    another engine built from the same config (a benchmark's peer) runs with exactly these settings. With
+    `lora`, LoRA is enabled: one adapter serves at a time (a swap drains the old one's requests), the CPU
+    cache holds the versions kept loaded."""
+    extra: dict[str, Any] = {}
+    if lora is not None:
+        extra = {
+            "enable_lora": True,
+            "max_loras": 1,
+            "max_lora_rank": lora.max_lora_rank,
+            "max_cpu_loras": lora.max_cpu_loras,
+            "fully_sharded_loras": lora.fully_sharded_loras,
+            "lora_dtype": lora.lora_dtype,
+        }
     chunked = cfg.enable_chunked_prefill if cfg.enable_chunked_prefill is not None else gpu
     return {
         "enable_chunked_prefill": chunked,
@@ -48,4 +61,5 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
         "seed": cfg.seed,
         "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "disable_log_stats": True,
+        **extra,
     }

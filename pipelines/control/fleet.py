@@ -19,12 +19,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from operators.actors.names import ACTOR_CALL_S, get_within
 from pipelines.control.launch import EngineLauncher, check_resources, launch_when_free, resolve_device
+from pipelines.control.weight_updates import Loaded, Restore, WeightUpdate
 from schemas.config import Config, ExplorerConfig
 
 log = logging.getLogger(__name__)
@@ -41,51 +41,6 @@ class LoadError(RuntimeError):
 
 class SyncError(RuntimeError):
     """Engines ended on different versions and nothing can bring them back together."""
-
-
-@dataclass(frozen=True)
-class Restore:
-    """The weights every engine holds, and how a fresh engine gets them: a directory, or a state dict's ref.
-
-    Neither (a version that came by broadcast) means a replacement cannot be put on it.
-    """
-
-    version: int
-    path: Path | None = None
-    state: Any = None
-
-    @property
-    def loadable(self) -> bool:
-        return self.path is not None or self.state is not None
-
-    def as_update(self) -> WeightUpdate:
-        """The load that puts an engine on these weights (a loadable restore point only)."""
-        kind = "checkpoint" if self.path is not None else "memory"
-        return WeightUpdate(self.version, kind, path=self.path, state=self.state)
-
-
-@dataclass
-class WeightUpdate:
-    """A version to load: a checked checkpoint directory, a state dict's object ref, or a broadcast."""
-
-    version: int
-    kind: str  # checkpoint | memory | broadcast
-    path: Path | None = None
-    state: Any = None
-    meta: list | None = None
-    bucket_bytes: int | None = None  # broadcast: the sender's bucket size, which the receivers must match
-    preempt: bool = False  # cut the generations in flight, to go on under this version (partial rollout)
-
-    def restore_point(self) -> Restore:
-        return Restore(self.version, path=self.path, state=self.state)
-
-
-@dataclass
-class Loaded:
-    """What a load cost: the longest time an engine held requests back, and the bytes each engine loaded."""
-
-    pause_s: float
-    nbytes: int
 
 
 class Fleet(Protocol):
@@ -127,6 +82,14 @@ def gather(calls: list[Any], timeout: float) -> tuple[dict[int, dict], list[str]
         except Exception as exc:  # noqa: BLE001 - each engine's failure is reported, not raised
             errors.append(f"engine {i}: {type(exc).__name__}: {str(exc).splitlines()[-1][:300]}")
     return reports, errors
+
+
+def worst_probe(reports: list[dict]) -> dict[str, float]:
+    """An adapter load's probe distances across engines: the largest to the adapter, the smallest to base."""
+    adapter = [r["adapter_d"] for r in reports if "adapter_d" in r]
+    if not adapter:
+        return {}
+    return {"adapter_d": max(adapter), "base_d": min(r["base_d"] for r in reports if "base_d" in r)}
 
 
 class EngineFleet:
@@ -233,6 +196,12 @@ class EngineFleet:
         If some engines fail, those that loaded are put back on the restore point and LoadError says why;
         SyncError when that is impossible (a broadcast version, or the roll-back failed).
         """
+        if (update.adapter is None) != (self.cfg.model.lora is None):
+            raise LoadError(
+                f"version {update.version}: "
+                + ("full weights in a LoRA run" if self.cfg.model.lora else "an adapter in a full-weight run")
+                + " (model.lora decides which a run syncs; they cannot be mixed)"
+            )
         with self.lock:
             reports, errors = gather([self.load_call(h, update, timeout) for h in self.handles], timeout)
             if errors:
@@ -242,11 +211,27 @@ class EngineFleet:
         return Loaded(
             pause_s=max((r["pause_s"] for r in reports.values()), default=0.0),
             nbytes=int(max((r["bytes"] for r in reports.values()), default=0)),
+            probe=worst_probe(list(reports.values())),
         )
 
     def load_call(self, engine: Any, update: WeightUpdate, timeout: float) -> Any:
         """The engine's load of `update`, as an object ref (each engine fetches a state dict by its ref)."""
-        cut = update.preempt
+        cut, spec = update.preempt, update.adapter
+        if spec is not None and update.kind == "checkpoint":
+            args = (str(update.path), update.version, spec.name, spec.probe, spec.keep, timeout, cut)
+            return engine.load_adapter.remote(*args)
+        if spec is not None:
+            args = (
+                [update.state],
+                spec.config,
+                update.version,
+                spec.name,
+                spec.probe,
+                spec.keep,
+                timeout,
+                cut,
+            )
+            return engine.load_adapter_state.remote(*args)
         if update.kind == "checkpoint":
             return engine.load_checkpoint.remote(str(update.path), update.version, timeout, cut)
         if update.kind == "memory":

@@ -67,7 +67,8 @@ def launch_engine(cfg: Config, name: str, closed: bool = False, index: int = 0, 
         # capture: anything the engine starts (vLLM's Ray workers, one per rank) stays in its group
         options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(group, 0, True)
     actor = ray.remote(VLLMEngine).options(name=name, runtime_env=engine_runtime_env(), **options)
-    return actor.remote(str(cfg.model.model_path), rollout.model_dump(mode="json"), 0, closed)
+    lora = None if cfg.model.lora is None else cfg.model.lora.model_dump(mode="json")
+    return actor.remote(str(cfg.model.model_path), rollout.model_dump(mode="json"), 0, closed, lora)
 
 
 def fleet_shape(cfg: Config) -> EngineShape:

@@ -21,7 +21,9 @@ import ray
 
 from operators.actors.hub import WeightHub
 from operators.actors.names import NAMESPACE, get_within, on_this_node
+from operators.engine.adapters import check_adapter
 from operators.engine.checkpoints import CheckpointError, TensorMetaMap, check_checkpoint, find_checkpoints
+from pipelines.control.adapter_sync import checkpoint_update, initial_update, memory_update
 from pipelines.control.fleet import Fleet, LoadError, WeightUpdate
 from pipelines.control.state import ExplorerState
 from pipelines.control.sync_policy import read_trainer_status, sync_due
@@ -45,6 +47,7 @@ class SyncOutcome:
     pause_s: float = 0.0
     nbytes: int = 0
     seconds: float = 0.0
+    probe: dict[str, float] = field(default_factory=dict)
 
     def metrics(self, failures: int) -> dict[str, float]:
         return {
@@ -55,6 +58,7 @@ class SyncOutcome:
             "sync/wait_s": self.wait_s,
             "sync/succeeded": float(self.ok),
             "sync/failed": float(failures),
+            **{f"sync/probe_{k}": v for k, v in self.probe.items()},  # a LoRA load's delivery probe
         }
 
 
@@ -79,16 +83,33 @@ class CheckpointSource:
 
     kind = "checkpoint"
 
-    def __init__(self, directory: Path, expected: TensorMetaMap, trainer_status: str | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        expected: TensorMetaMap,
+        trainer_status: str | None = None,
+        lora_run: Config | None = None,
+    ):
+        """`lora_run`: a LoRA run's config, whose checkpoints are adapters (`adapter_sync`)."""
         self.directory = Path(directory)
         self.expected = expected
         self.trainer_status = trainer_status or str(trainer_status_path(self.directory))
+        self.lora_run = lora_run
+
+    def check(self, path: Path) -> None:
+        if self.lora_run is not None:
+            lora = self.lora_run.model.lora
+            check_adapter(
+                path, Path(self.lora_run.model.model_path), lora.max_lora_rank, lora.base_model_name
+            )
+        else:
+            check_checkpoint(path, self.expected, root=self.directory)
 
     def latest_version(self) -> int:
         """The newest whole checkpoint's version (a corrupt one must not make every experience look stale)."""
         for step, path in reversed(find_checkpoints(self.directory)):
             try:
-                check_checkpoint(path, self.expected, root=self.directory)
+                self.check(path)
             except CheckpointError:
                 continue
             return step
@@ -101,6 +122,8 @@ class CheckpointSource:
             newer = [(step, path) for step, path in find_checkpoints(self.directory) if step > current]
             if newer:
                 step, path = newer[-1]
+                if self.lora_run is not None:
+                    return checkpoint_update(self.lora_run, path, step)
                 check_checkpoint(path, self.expected, root=self.directory)
                 return WeightUpdate(step, self.kind, path=path)
             if read_trainer_status(self.trainer_status).state == "stopped" or time.monotonic() >= deadline:
@@ -111,8 +134,8 @@ class CheckpointSource:
 class HubSource:
     """Versions a trainer announces on the weight hub actor (`memory` or `broadcast`)."""
 
-    def __init__(self, hub: Any, kind: str, expected: TensorMetaMap):
-        self.hub, self.kind, self.expected = hub, kind, expected
+    def __init__(self, hub: Any, kind: str, expected: TensorMetaMap, lora_run: Config | None = None):
+        self.hub, self.kind, self.expected, self.lora_run = hub, kind, expected, lora_run
 
     def latest_version(self) -> int:
         return get_within(self.hub.latest_version.remote(), "the weight hub (latest version)")
@@ -126,6 +149,8 @@ class HubSource:
             raise CheckpointError(
                 f"version {version}: announced as {payload.get('kind')}, expected {self.kind}"
             )
+        if self.lora_run is not None:
+            return memory_update(self.lora_run, version, payload)
         check_meta(payload["meta"], self.expected, f"version {version}")
         state = payload.get("state", [None])[0]
         bucket_bytes = payload.get("bucket_bytes")
@@ -160,7 +185,7 @@ class WeightSyncer:
         if update.kind == "memory":  # the fleet keeps the ref (a replacement loads it); the hub lets go
             self.source.hub.forget_state.remote(update.version)
         outcome = self._outcome(update.version, True, "", started, waited)
-        outcome.pause_s, outcome.nbytes = loaded.pause_s, loaded.nbytes
+        outcome.pause_s, outcome.nbytes, outcome.probe = loaded.pause_s, loaded.nbytes, loaded.probe
         return outcome
 
     def _outcome(
@@ -184,8 +209,11 @@ def open_weight_source(
     """
     sync = cfg.synchronizer
     hub = None
+    lora_run = cfg if cfg.model.lora is not None else None
     if sync.sync_method == "checkpoint":
-        source: CheckpointSource | HubSource = CheckpointSource(checkpoint_dir, expected, trainer_status)
+        source: CheckpointSource | HubSource = CheckpointSource(
+            checkpoint_dir, expected, trainer_status, lora_run
+        )
     else:
         actor = ray.remote(WeightHub).options(
             name=hub_name, namespace=NAMESPACE, get_if_exists=True, num_cpus=0, **on_this_node()
@@ -194,7 +222,7 @@ def open_weight_source(
         tp = cfg.explorer.rollout_model.tensor_parallel_size
         workers = tp * len(fleet.names)
         get_within(hub.set_workers.remote(workers, fleet.group_backend), "the weight hub (set up)")
-        source = HubSource(hub, sync.sync_method, expected)
+        source = HubSource(hub, sync.sync_method, expected, lora_run)
     return WeightSyncer(source, fleet, sync.sync_timeout, preempt=sync.partial_rollout), hub
 
 
@@ -262,6 +290,9 @@ class ExplorerSync:
     def align_engines(self, state: ExplorerState) -> None:
         """Engines run the version the run has reached: a resumed run's (or a shared fleet's) may not."""
         target = state.model_version
+        if self.config.model.lora is not None:
+            self.align_adapter(state)
+            return
         if self.fleet.version == target:
             return
         path = self.checkpoint_dir / checkpoint_dir_name(target)
@@ -279,6 +310,24 @@ class ExplorerSync:
             )
         except LoadError as exc:
             raise RuntimeError(f"could not load version {target} from {path}: {exc}") from None
+
+    def align_adapter(self, state: ExplorerState) -> None:
+        """A LoRA run's engines on the adapter the run has reached: its checkpoint, or version 0's (the
+        configured adapter, or none: a fresh adapter is the base model)."""
+        target, restore = state.model_version, self.fleet.restore_point
+        if restore.version == target and (restore.adapter is not None or target == 0):
+            return
+        path = self.checkpoint_dir / checkpoint_dir_name(target)
+        if target > 0 and not path.is_dir():
+            log.warning("adapter version %d is not on disk; going on from version 0", target)
+            target = state.model_version = 0
+        update = checkpoint_update(self.config, path, target) if target > 0 else initial_update(self.config)
+        if update is None:
+            return
+        try:  # part of the engines' start: bounded as a replacement's load is, not by sync_timeout
+            self.fleet.load(update, self.config.explorer.engine_restart_timeout)
+        except LoadError as exc:
+            raise RuntimeError(f"could not load adapter version {target} from {update.path}: {exc}") from None
 
     def reference_version(self, state: ExplorerState) -> int:
         """The trainer's newest version: what staleness is measured against when a step commits."""

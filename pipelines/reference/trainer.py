@@ -38,8 +38,9 @@ from operators.engine.transfer import meta_of, open_group, send
 from operators.sinks.queue import QueueReader
 from operators.sinks.reader import buffer_config, open_reader
 from pipelines.reference.grpo import GRPOConfig, make_optimizer, train_on_experiences
+from pipelines.reference.lora_trainer import adapted, memory_payload, write_version
 from schemas.atomic import atomic_write_json
-from schemas.config import DEFAULT_MODEL, ExperienceBufferConfig
+from schemas.config import DEFAULT_MODEL, ExperienceBufferConfig, LoraConfig
 from schemas.run_dir import CHECKPOINTS, checkpoint_dir_name, trainer_status_path
 from schemas.storage import Location, as_location, base_name
 
@@ -67,6 +68,7 @@ class TrainerOptions:
     first_version: int = 0
     timeout: float = 1200.0  # broadcast group and transfer timeout
     experience_buffer: ExperienceBufferConfig | None = None  # default: the run's, from its config.yaml
+    lora: LoraConfig | None = None  # train and publish a LoRA adapter (`pipelines.reference.lora_trainer`)
     log: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -81,7 +83,12 @@ class Trainer:
         source = options.model_path
         if options.first_version > 0:
             source = self.checkpoint_dir / checkpoint_dir_name(options.first_version)
-        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        if options.lora is not None:  # the base stays; the adapter (a resumed version's, or the start) trains
+            start = source if options.first_version > 0 else options.lora.path
+            base = AutoModelForCausalLM.from_pretrained(options.model_path, dtype=torch.float32)
+            self.model = adapted(base, options.lora, start)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
         self.model.eval()
         # the base weights, for train/kl_to_start: how far training moved the policy (a resumed trainer too)
         self.start = AutoModelForCausalLM.from_pretrained(options.model_path, dtype=torch.float32)
@@ -151,7 +158,13 @@ class Trainer:
 
     def _publish(self) -> None:
         method = self.options.method
-        if method == "checkpoint":
+        if self.options.lora is not None and method == "checkpoint":
+            write_version(self.model, self.checkpoint_dir, self.version, self.options.model_path)
+            self._set_status("require_sync")
+        elif self.options.lora is not None:
+            payload = memory_payload(self.model, self.options.model_path, ray.put)
+            get_within(self._hub().publish.remote(self.version, payload), "the weight hub (publish)")
+        elif method == "checkpoint":
             write_checkpoint(self.checkpoint_dir, self.version, self.state_dict(), self.options.model_path)
             self._set_status("require_sync")
         elif method == "memory":

@@ -41,6 +41,7 @@ HEAVY = frozenset(
         "uvicorn",
         "datasets",  # 0.6 s
         "reasoning_gym",  # about 1 s, and optional: the `tasks` extra
+        "peft",  # imports torch and transformers, and optional: the `lora` extra
     }
 )
 

@@ -149,7 +149,7 @@ def test_an_unset_variable_with_a_default_takes_it_and_one_without_is_named(trin
             "chat",
         ),
         ({"synchronizer": {"sync_method": "telepathy"}}, "synchronizer.sync_method", "unknown method"),
-        ({"model": {"model_path": "m", "lora_configs": [{"rank": 8}]}}, "model.lora_configs", "LoRA"),
+        ({"model": {"model_path": "m", "lora_configs": [{}, {}]}}, "model.lora_configs", "2 adapters"),
         (
             {"explorer": {"auxiliary_models": [{"model_path": "judge"}]}},
             "explorer.auxiliary_models",
