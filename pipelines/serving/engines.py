@@ -35,11 +35,26 @@ class EnginePool:
 
     async def start(self) -> None:
         """Each engine's endpoint and version, and a sessionless session on each."""
-        for index, handle in enumerate(self.handles):
-            url, model, _ = await handle.openai_endpoint.remote()
-            key = await self.open_on(handle, ["sessionless", index])
-            version = await handle.get_model_version.remote()
-            self.engines.append(ServedEngine(index, handle, url, model, key, version=version))
+        self.engines = [await self.served(index, handle) for index, handle in enumerate(self.handles)]
+
+    async def served(self, index: int, handle: Any) -> ServedEngine:
+        url, model, _ = await handle.openai_endpoint.remote()
+        key = await self.open_on(handle, ["sessionless", index])
+        version = await handle.get_model_version.remote()
+        return ServedEngine(index, handle, url, model, key, version=version)
+
+    async def refresh(self, handles: list[Any]) -> list[int]:
+        """Take the fleet's replacements of dead engines (a new actor, a new address): their indices."""
+        replaced = [i for i, handle in enumerate(handles) if handle is not self.engines[i].handle]
+        for index in replaced:
+            self.engines[index] = await self.served(index, handles[index])
+        for engine in self.engines:
+            engine.version = await engine.handle.get_model_version.remote()
+        return replaced
+
+    def set_loading(self, index: int, loading: bool) -> None:
+        """Called from the rolling update's thread: engine `index` is (no longer) loading weights."""
+        self.engines[index].loading = loading
 
     async def open_on(self, handle: Any, run_key: list) -> str:
         return await handle.open_session.remote(NO_LIMIT, NO_LIMIT, self.call_timeout, None, run_key)

@@ -71,6 +71,7 @@ class Front:
         self.commit_lock = asyncio.Lock()
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(settings.call_timeout + 5, connect=10))
         self.steps = store.last_step()
+        self.sync_failures = 0  # rolling updates that failed (and were rolled back)
         if store.session_state(SESSIONLESS) is None:
             store.open_session(SESSIONLESS, None, kind=SESSIONLESS)
         routes = [Route(p, self.model_call, methods=["POST"]) for p in MODEL_ROUTES]
@@ -129,6 +130,13 @@ class Front:
         await asyncio.to_thread(self.store.end_session, session.id, state)
         if session.engine is not None and session.engine_key is not None:
             await self.pool.close_session(session.engine, session.engine_key)
+
+    def unpin(self, indices: list[int]) -> None:
+        """Sessions pinned to a replaced engine go to the least loaded one at their next call (their engine
+        session died with the old engine; what it had recorded is stored already)."""
+        for session in self.sessions.values():
+            if session.engine is not None and session.engine.index in indices:
+                session.engine, session.engine_key = None, None
 
     async def sweep(self) -> None:
         """End the sessions idle past serve.idle_session_s."""
@@ -246,6 +254,7 @@ class Front:
         figures["serve/sessions_open"] = len(self.sessions)
         figures["serve/in_flight"] = self.active
         figures["serve/unrewarded"] = counts["unrewarded"]
+        figures["serve/sync_failed"] = self.sync_failures
         figures["serve/added_latency_ms/p50"] = self.timing.quantile(0.5)
         figures["serve/added_latency_ms/p99"] = self.timing.quantile(0.99)
         return figures

@@ -17,14 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from operators.engine.checkpoints import CheckpointError
 from operators.sinks.base import open_sink
-from pipelines.control.fleet import EngineFleet
+from pipelines.control.checks import base_tensor_meta
+from pipelines.control.fleet import EngineFleet, LoadError
+from pipelines.control.rolling import roll
 from pipelines.control.runtime import init_ray
+from pipelines.control.weight_sync import CheckpointSource
 from pipelines.serving.commits import Committer
 from pipelines.serving.engines import EnginePool
 from pipelines.serving.front import Front
 from pipelines.serving.store import ServeStore
 from schemas.config import Config
+from schemas.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 DUTY_S = 0.5  # how often the policy and the idle sessions are looked at
@@ -50,6 +55,8 @@ class Service:
         self.server: Any = None
         self.serving: asyncio.Task | None = None
         self.duty: asyncio.Task | None = None
+        self.rolling: asyncio.Task | None = None
+        self.refused: set[int] = set()  # versions whose rolling update failed: not tried again
         self.last_commit = time.monotonic()
 
     async def start(self, ray_address: str | None = None) -> Started:
@@ -60,6 +67,7 @@ class Service:
         if self.fleet is None:
             init_ray(cfg.ray, ray_address)
             self.fleet = await asyncio.to_thread(EngineFleet(cfg, f"serve-{self.run_dir.name}").start)
+            self.fleet.watch(cfg.explorer)  # dead engines are replaced, on the version all hold
         store = ServeStore(store_url(cfg, self.run_dir))
         interrupted = store.interrupt_open_sessions()
         sink = open_sink(cfg.buffer.trainer_input.experience_buffer, self.run_dir)
@@ -72,6 +80,8 @@ class Service:
         self.front = Front(cfg.serve, pool, store, committer)
         url = await self.bind()
         self.duty = asyncio.create_task(self.duties())
+        if cfg.synchronizer.sync_method == "checkpoint":
+            self.rolling = asyncio.create_task(self.roll_duty())
         return Started(url, interrupted, recovered)
 
     async def bind(self) -> str:
@@ -112,6 +122,50 @@ class Service:
             except Exception:  # noqa: BLE001 - a failed duty is logged and tried again, the front serves on
                 log.exception("serve: a background duty failed")
 
+    def checkpoints(self) -> CheckpointSource:
+        sync = self.cfg.synchronizer
+        directory = Path(sync.checkpoint_dir or RunDir(self.run_dir).checkpoints).resolve()
+        return CheckpointSource(
+            directory, base_tensor_meta(Path(self.cfg.model.model_path)), sync.trainer_status
+        )
+
+    async def roll_duty(self) -> None:
+        """Every `serve.health_check_interval_s`: take the fleet's replacements of dead engines, and roll out
+        a newer checkpoint engine by engine while the others serve."""
+        source = await asyncio.to_thread(self.checkpoints)
+        while True:
+            await asyncio.sleep(self.cfg.serve.health_check_interval_s)
+            try:
+                self.front.unpin(await self.front.pool.refresh(self.fleet.handles))
+                await self.roll_newer(source)
+            except Exception:  # noqa: BLE001 - logged; the front serves on, the next interval tries again
+                log.exception("serve: the engines' check or rolling update failed")
+
+    async def roll_newer(self, source: CheckpointSource) -> int | None:
+        """Roll out the newest checkpoint above the engines' version; the version rolled out, if any."""
+        current = self.fleet.version
+        latest = await asyncio.to_thread(source.latest_version)
+        if latest <= current or latest in self.refused:
+            return None
+        try:
+            update = await asyncio.to_thread(source.next_update, current, 0.0)
+            if update is None:
+                return None
+            pool = self.front.pool
+            await asyncio.to_thread(
+                roll, self.fleet, update, self.cfg.synchronizer.sync_timeout, pool.set_loading
+            )
+        except (LoadError, CheckpointError) as exc:
+            self.refused.add(latest)
+            self.front.sync_failures += 1
+            log.warning(
+                "serve: version %d not rolled out, every engine serves version %d: %s", latest, current, exc
+            )
+            return None
+        await self.front.pool.refresh(self.fleet.handles)
+        log.info("serve: version %d rolled out to %d engine(s)", update.version, len(self.fleet.handles))
+        return update.version
+
     async def commit_due(self, settings: Any) -> bool:
         if (
             settings.commit_every_s is not None
@@ -124,10 +178,11 @@ class Service:
         return ready >= settings.commit_every_sessions
 
     async def stop(self) -> None:
-        if self.duty is not None:
-            self.duty.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.duty
+        for task in (self.duty, self.rolling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         if self.server is not None:
             self.server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError, Exception):
