@@ -20,6 +20,8 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +64,16 @@ def bearer(request: Request) -> str | None:
 
 
 class Front:
-    def __init__(self, settings: ServeConfig, pool: EnginePool, store: ServeStore, committer: Committer):
+    def __init__(
+        self,
+        settings: ServeConfig,
+        pool: EnginePool,
+        store: ServeStore,
+        committer: Committer,
+        executor: Executor,
+    ):
         self.settings, self.pool, self.store, self.committer = settings, pool, store, committer
+        self.executor = executor
         self.sessions: dict[str, FrontSession] = {}  # by key
         self.by_id: dict[str, FrontSession] = {}
         self.active = 0
@@ -87,6 +97,10 @@ class Front:
             Route("/v1/models", self.models, methods=["GET"]),
         ]
         self.app = Starlette(routes=routes)
+
+    async def io(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in the front's own threads: the store's calls wait there for their disk sync."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -112,7 +126,7 @@ class Front:
         if not self.admitted(request):
             return error(401, "opening a session needs serve.admin_key")
         session = FrontSession(secrets.token_hex(12), KEY_PREFIX + secrets.token_urlsafe(24))
-        await asyncio.to_thread(self.store.open_session, session.id, session.key)
+        await self.io(self.store.open_session, session.id, session.key)
         self.sessions[session.key], self.by_id[session.id] = session, session
         return JSONResponse({"session_id": session.id, "api_key": session.key})
 
@@ -127,7 +141,7 @@ class Front:
         """End a session: its key stops working, its engine session is let go."""
         self.sessions.pop(session.key, None)
         self.by_id.pop(session.id, None)
-        await asyncio.to_thread(self.store.end_session, session.id, state)
+        await self.io(self.store.end_session, session.id, state)
         if session.engine is not None and session.engine_key is not None:
             await self.pool.close_session(session.engine, session.engine_key)
 
@@ -154,13 +168,13 @@ class Front:
             value = float(body["reward"])
         except (ValueError, KeyError, TypeError):
             return error(400, 'give {"reward": <number>, "call_id": <optional response id>}')
-        if await asyncio.to_thread(self.store.session_state, session_id) is None:
+        if await self.io(self.store.session_state, session_id) is None:
             return error(404, f"no session {session_id!r}")
-        call_id = body.get("call_id") or await asyncio.to_thread(self.store.last_call, session_id)
+        call_id = body.get("call_id") or await self.io(self.store.last_call, session_id)
         if call_id is None:
             return error(404, f"session {session_id!r} has made no call to reward")
         try:
-            applied = await asyncio.to_thread(self.store.reward, [call_id], value, session_id)
+            applied = await self.io(self.store.reward, [call_id], value, session_id)
         except RewardError as exc:
             return error(exc.status, str(exc))
         return JSONResponse({"call_id": call_id, "applied": bool(applied)})
@@ -195,7 +209,7 @@ class Front:
 
         async def store(call_id: str, index: int) -> None:
             record = await self.pool.take(engine, engine_key, index)
-            await asyncio.to_thread(self.store.record_call, call_id, session_id, record)
+            await self.io(self.store.record_call, call_id, session_id, record)
 
         upstream = Upstream(engine.url.removesuffix("/v1"), engine_key)
         return await forward(
@@ -225,7 +239,7 @@ class Front:
         except (ValueError, KeyError, TypeError, AssertionError):
             return error(400, "msg_ids (a list of response ids) and reward (a number) are required")
         try:
-            applied = await asyncio.to_thread(self.store.reward, ids, value, None, body.get("task_id"))
+            applied = await self.io(self.store.reward, ids, value, None, body.get("task_id"))
         except RewardError as exc:
             return error(exc.status, str(exc))
         return JSONResponse({"status": "success", "applied": len(applied)})
@@ -237,7 +251,7 @@ class Front:
 
     async def commit_now(self) -> dict[str, Any]:
         async with self.commit_lock:
-            result = await asyncio.to_thread(self.committer.commit)
+            result = await self.io(self.committer.commit)
         if result["step"] is not None:
             self.steps = result["step"]
         return result
@@ -264,13 +278,13 @@ class Front:
             return error(401, "metrics need serve.admin_key")
         if "text/plain" in request.headers.get("accept", ""):
             return await self.prometheus(request)
-        return JSONResponse(await asyncio.to_thread(self.figures))
+        return JSONResponse(await self.io(self.figures))
 
     async def prometheus(self, request: Request) -> Response:
         if not self.admitted(request):
             return error(401, "metrics need serve.admin_key")
         lines = []
-        for name, value in (await asyncio.to_thread(self.figures)).items():
+        for name, value in (await self.io(self.figures)).items():
             metric = "rftflow_" + name.replace("/", "_").replace(".", "_")
             lines += [f"# TYPE {metric} gauge", f"{metric} {value}"]
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")

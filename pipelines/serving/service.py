@@ -13,6 +13,7 @@ import contextlib
 import logging
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ class Service:
         self.duty: asyncio.Task | None = None
         self.rolling: asyncio.Task | None = None
         self.refused: set[int] = set()  # versions whose rolling update failed: not tried again
+        self.executor: ThreadPoolExecutor | None = None
         self.last_commit = time.monotonic()
 
     async def start(self, ray_address: str | None = None) -> Started:
@@ -77,7 +79,10 @@ class Service:
         recovered = await asyncio.to_thread(committer.recover)
         pool = EnginePool(self.fleet.handles, cfg.serve.call_timeout)
         await pool.start()
-        self.front = Front(cfg.serve, pool, store, committer)
+        # every concurrent call waits in a thread for its durable write (`group_commit`): enough threads that
+        # they all wait together and share one disk sync
+        self.executor = ThreadPoolExecutor(cfg.serve.max_concurrent + 8, thread_name_prefix="rftflow-serve")
+        self.front = Front(cfg.serve, pool, store, committer, self.executor)
         url = await self.bind()
         self.duty = asyncio.create_task(self.duties())
         if cfg.synchronizer.sync_method == "checkpoint":
@@ -190,5 +195,7 @@ class Service:
         if self.front is not None:
             await self.front.close()
             self.front.store.close()
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
         if self.own_fleet and self.fleet is not None:
             await asyncio.to_thread(self.fleet.stop)
