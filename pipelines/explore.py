@@ -132,6 +132,7 @@ def build_config(args: argparse.Namespace) -> Config:
 class Summary:
     steps: int
     experiences: int
+    multi_turn: int  # experiences of more than one turn
     failed_tasks: int
     mean_reward: float
     tokens_per_s: float  # generated tokens over the sampling time (`pipelines.control.throughput`)
@@ -149,8 +150,8 @@ class Summary:
 
     def render(self) -> str:
         lines = [
-            f"rftflow explore finished: {self.steps} steps, {self.experiences} experiences, "
-            f"{self.failed_tasks} failed tasks"
+            f"rftflow explore finished: {self.steps} steps, {self.experiences} experiences "
+            f"({self.multi_turn} multi-turn), {self.failed_tasks} failed tasks"
             + (f", {self.skipped_tasks} skipped by over-rollout" if self.skipped_tasks else ""),
             f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s over "
             f"{self.seconds:.1f} s of sampling | {self.wall_seconds:.1f} s in all (start, shutdown too)",
@@ -238,6 +239,7 @@ def explore(
     return Summary(
         steps=explorer.plan.num_steps,
         experiences=totals["experiences"],
+        multi_turn=totals["multi_turn"],
         failed_tasks=totals["failed"],
         mean_reward=totals["rewards"] / totals["experiences"] if totals["experiences"] else float("nan"),
         tokens_per_s=totals["tokens"] / sampling if sampling else 0.0,
