@@ -5,7 +5,9 @@ run by the SDK's own `Runner`. `agents_sdk_calc` uses the SDK's default model cl
 (the Responses API); `agents_sdk_calc_chat` the same agent on `OpenAIChatCompletionsModel` (Chat
 Completions). Both are handed rftflow's ready client, so every call goes to the engine under the run's
 session and the engine records it; rftflow builds the experiences from the engine's own token ids (the
-tool results masked out), so nothing here deals with tokens.
+tool results masked out), so nothing here deals with tokens. A reply the SDK will not take (on the Responses
+API, one cut at `max_tokens` is `incomplete`, and the SDK raises `ModelBehaviorError`) ends the run as an
+answer that is not there: reward 0, the reply recorded as sampled, not a failed task.
 
 Needs the `agents` extra (`pip install -e .[agents]`), `explorer.rollout_model.enable_openai_api` and
 `tool_call_parser: hermes` on a model that calls tools Hermes-style (the bundled `tiny-fc-llama`):
@@ -20,6 +22,7 @@ import json
 
 from agents import (
     Agent,
+    ModelBehaviorError,
     ModelRetrySettings,
     ModelSettings,
     OpenAIChatCompletionsModel,
@@ -66,11 +69,14 @@ class AgentsSdkCalc(AgentWorkflow):
             model=self.model_class(model=model, openai_client=client),
             model_settings=settings,
         )
-        result = await Runner.run(agent, task.prompt, max_turns=RUNNER_TURNS)
-        text = str(result.final_output or "")
+        try:
+            result = await Runner.run(agent, task.prompt, max_turns=RUNNER_TURNS)
+            text, items = str(result.final_output or ""), result.new_items
+        except ModelBehaviorError as exc:  # a reply the SDK refuses, such as one cut at max_tokens
+            text, items = "", exc.run_data.new_items if exc.run_data else []  # no answer: the run scores 0
         reward_fn = get_reward_fn(task.reward_fn or "math_accuracy")
         scored = await asyncio.to_thread(call_reward, reward_fn, text, task)  # may run math-verify
-        calls = sum(isinstance(item, ToolCallItem) for item in result.new_items)
+        calls = sum(isinstance(item, ToolCallItem) for item in items)
         return {**scored, "tool_calls": float(calls), "called_tool": float(calls > 0)}
 
 

@@ -158,3 +158,23 @@ def test_a_framework_agent_gives_the_direct_loops_experiences_token_for_token(
         called += experience["turns"] > 1
     assert called >= 3  # multi-turn runs, their tool results masked out (checked against the direct loop)
     assert loopback_only.refused == []  # tracing, telemetry and the clients stayed on this machine
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workflow", ["agents_sdk_calc", "agents_sdk_calc_chat", "langgraph_calc"])
+def test_a_framework_agents_reply_cut_at_max_tokens_ends_its_run_with_reward_0_as_sampled(
+    loop, fc_engine, loopback_only, workflow
+):
+    """Two tokens leave the call half written: the Agents SDK refuses the Responses API's `incomplete` reply
+    (`ModelBehaviorError`), Chat Completions and LangGraph take the text as the answer; each run ends as an
+    experience of that one reply, scored 0, not as a failed task."""
+    load_plugins(AGENTS)
+    [task] = tasks(workflow, 0.0, ROWS[:1])
+    task.rollout_args["max_tokens"] = 2
+    row = run(loop, fc_engine, task)
+    assert row["ok"], row["message"]
+    [experience] = row["experiences"]
+    assert experience["reward"] == 0.0 and dict(experience["reward_parts"])["tool_calls"] == 0.0
+    assert experience["turns"] == 1 and all(experience["action_mask"])
+    assert decode(fc_engine.tokenizer, experience["response_ids"]) == TOOL_CALL_OPEN + CALL_PREFIX  # 2 tokens
+    assert loopback_only.refused == []
