@@ -35,7 +35,7 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
     """vLLM engine arguments for `cfg`, besides the model and rftflow's worker extension: one place, so
     another engine built from the same config (a benchmark's peer) runs with exactly these settings."""
     chunked = cfg.enable_chunked_prefill if cfg.enable_chunked_prefill is not None else gpu
-    return {
+    args = {
         "enable_chunked_prefill": chunked,
         # unchunked, a step must hold a whole prompt
         "max_num_batched_tokens": None if chunked else max(2048, cfg.max_model_len),
@@ -49,3 +49,14 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool) -> dict[str, Any]:
         "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "disable_log_stats": True,
     }
+    if not cfg.json_whitespace:
+        args["structured_outputs_config"] = compact_json()
+    return args
+
+
+def compact_json() -> Any:
+    """vLLM's structured outputs held to compact JSON (`json_whitespace: false`), on xgrammar: vLLM's default
+    backend, and one of the two that can hold it."""
+    from vllm.config import StructuredOutputsConfig  # heavy, deferred: only engine processes import vLLM
+
+    return StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
