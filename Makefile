@@ -31,12 +31,13 @@ $(STAMP): setup.py
 explore: $(STAMP)
 	$(PY) -m pipelines.explore $(ARGS)
 
-# make demo: the closed loop learns to use a calculator (pipelines/demo_tool.yaml); DEMO=arith for arithmetic;
+# make demo: the closed loop learns to use a calculator (pipelines/demo_tool.yaml); DEMO=agents for the Agents
+# SDK calculator agent on the function-calling model (pipelines/demo_agents.yaml); DEMO=arith for arithmetic;
 # SEED=N samples with another seed
 DEMO ?= tool
 SEED ?= 0
 demo: $(STAMP)
-	test -f pipelines/demo_$(DEMO).yaml || { echo "no demo '$(DEMO)': pick DEMO=tool or DEMO=arith" >&2; exit 2; }
+	test -f pipelines/demo_$(DEMO).yaml || { echo "no demo '$(DEMO)': pick DEMO=tool, DEMO=agents or DEMO=arith" >&2; exit 2; }
 	$(PY) -m pipelines.explore --config pipelines/demo_$(DEMO).yaml --with-trainer \
 		--set buffer.explorer_input.taskset.rollout_args.seed=$(SEED) $(ARGS)
 
