@@ -2,8 +2,8 @@
 `tool_calls`, each run merges into one experience of the engine's own ids (no drift split, the tool results
 masked out), the measured bands hold and match BUILD_INFO.json, a prompt past the context gets a 400 naming
 the limit, and a call the parser cannot read is a 200 whose text ends the run as sampled. The framework agents
-of examples/agents (the OpenAI Agents SDK on the Responses API and on Chat Completions, LangGraph on its own
-`ChatOpenAI`) give the direct loop's experiences token for token, with no connection off this machine.
+of examples/agents/*/ (the OpenAI Agents SDK on the Responses API and on Chat Completions, LangGraph on its
+own `ChatOpenAI`) give the direct loop's experiences token for token, with no connection off this machine.
 
 All tests share one in-process engine (the module-scoped `fc_engine` fixture).
 """
@@ -27,6 +27,7 @@ from schemas.config import FC_MODEL
 from schemas.task import Task
 
 AGENTS = Path(__file__).resolve().parents[2] / "examples" / "agents"
+FRAMEWORKS = [AGENTS / "agents_sdk", AGENTS / "langgraph"]  # one plugin folder each
 ROWS = tool_arith_tasks.bundled_splits()["eval"][:12]
 FRAMEWORK_ROWS = ROWS[:6]
 
@@ -140,7 +141,8 @@ def test_a_framework_agent_gives_the_direct_loops_experiences_token_for_token(
     """Same tasks, same seeds: the engine seeds each call from the run's seed, so a framework whose history
     renders to the sampled bytes samples what the direct loop sampled, and its experiences (from the calls the
     engine recorded) hold the same ids, masks and logprobs: one segment each, the tool results masked."""
-    load_plugins(AGENTS)  # as `plugin_dirs: [../examples/agents]` does
+    for folder in FRAMEWORKS:  # as the configs' `plugin_dirs` do
+        load_plugins(folder)
     called = 0
     for task, direct in zip(tasks(workflow, 1.0, FRAMEWORK_ROWS), direct_runs, strict=True):
         row = run(loop, fc_engine, task)
@@ -168,7 +170,8 @@ def test_a_framework_agents_reply_cut_at_max_tokens_ends_its_run_with_reward_0_a
     """Two tokens leave the call half written: the Agents SDK refuses the Responses API's `incomplete` reply
     (`ModelBehaviorError`), Chat Completions and LangGraph take the text as the answer; each run ends as an
     experience of that one reply, scored 0, not as a failed task."""
-    load_plugins(AGENTS)
+    for folder in FRAMEWORKS:
+        load_plugins(folder)
     [task] = tasks(workflow, 0.0, ROWS[:1])
     task.rollout_args["max_tokens"] = 2
     row = run(loop, fc_engine, task)
