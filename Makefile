@@ -31,14 +31,15 @@ $(STAMP): setup.py
 explore: $(STAMP)
 	$(PY) -m pipelines.explore $(ARGS)
 
-# make demo: the closed loop learns to use a calculator (pipelines/demo_tool.yaml); DEMO=arith for arithmetic;
+# make demo: the closed loop learns to use a calculator (pipelines/demo_tool.yaml); DEMO=agents for the Agents
+# SDK calculator agent on the function-calling model (pipelines/demo_agents.yaml); DEMO=arith for arithmetic;
 # SEED=N samples with another seed; LORA=1 trains a LoRA adapter instead (pipelines/demo_tool_lora.yaml)
 DEMO ?= tool
 SEED ?= 0
 LORA ?=
 DEMO_CONFIG = pipelines/demo_$(DEMO)$(if $(LORA),_lora).yaml
 demo: $(STAMP)
-	test -f $(DEMO_CONFIG) || { echo "no demo '$(DEMO_CONFIG)': pick DEMO=tool or DEMO=arith (LORA=1: tool)" >&2; exit 2; }
+	test -f $(DEMO_CONFIG) || { echo "no demo '$(DEMO_CONFIG)': pick DEMO=tool, DEMO=agents or DEMO=arith (LORA=1: tool)" >&2; exit 2; }
 	$(PY) -m pipelines.explore --config $(DEMO_CONFIG) --with-trainer $(if $(LORA),--trainer-lr 2e-3) \
 		--set buffer.explorer_input.taskset.rollout_args.seed=$(SEED) $(ARGS)
 

@@ -22,6 +22,9 @@ COMMON = [
     "setproctitle>=1.3",  # names vLLM's engine core to its plugin (operators/engine/vllm_plugin.py)
 ]
 
+# Agent frameworks the worked examples (examples/agents) and their tests run; both build on `openai`.
+AGENTS = ["openai-agents>=0.24", "langgraph>=1.2", "langchain-openai>=1.8"]
+
 setup(
     name="rftflow",
     version="0.1.0",
@@ -42,6 +45,8 @@ setup(
         "lora": ["peft>=0.13"],
         # procedural tasksets and their scorers (a taskset's `reasoning_gym`: operators/tasks)
         "tasks": ["reasoning-gym>=0.1.25"],
+        # the agent frameworks of examples/agents: the OpenAI Agents SDK, and LangGraph on langchain-openai
+        "agents": AGENTS,
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
@@ -58,6 +63,7 @@ setup(
             "nbformat>=5.9",
             "nbclient>=0.10",
             "ipykernel>=6.29",
+            *AGENTS,  # the framework agents' tests (tests/engine/test_tool_math_fc.py)
         ],
     },
 )

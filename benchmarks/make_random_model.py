@@ -4,6 +4,11 @@ The tiny default model is so cheap that any overhead dominates; a ~100M-paramete
 pipeline behaves when the engine does real work. Nothing is downloaded.
 
     python benchmarks/make_random_model.py --out /tmp/llama-100m [--hidden 768 --layers 12]
+    python benchmarks/make_random_model.py --out /tmp/llama-100m-fc \
+        --tokenizer-from pipelines/assets/tiny-fc-llama
+
+`--tokenizer-from` takes the tokenizer and chat template of another bundled model: tiny-fc-llama's renders
+tool calls and `tool` messages, which `benchmarks/multi_turn.py --agents` needs.
 """
 
 from __future__ import annotations
@@ -15,14 +20,16 @@ from pathlib import Path
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
 
-def build(out: Path, hidden: int, layers: int, seed: int = 0) -> int:
-    """Write the model to `out`; returns its parameter count."""
+def build(out: Path, hidden: int, layers: int, seed: int = 0, tokenizer_from: Path | None = None) -> int:
+    """Write the model to `out`, with the tokenizer of `tokenizer_from` (default: the embedded model's);
+    returns its parameter count."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from schemas.config import DEFAULT_MODEL
 
-    tiny = LlamaConfig.from_pretrained(DEFAULT_MODEL)
+    source = tokenizer_from or DEFAULT_MODEL
+    tiny = LlamaConfig.from_pretrained(source)
     config = LlamaConfig(
         vocab_size=tiny.vocab_size,
         hidden_size=hidden,
@@ -41,8 +48,8 @@ def build(out: Path, hidden: int, layers: int, seed: int = 0) -> int:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     for name in TOKENIZER_FILES:
-        if (DEFAULT_MODEL / name).exists():
-            shutil.copy(DEFAULT_MODEL / name, out / name)
+        if (source / name).exists():
+            shutil.copy(source / name, out / name)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -53,8 +60,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="output model directory")
     parser.add_argument("--hidden", type=int, default=768, help="hidden size (a multiple of 64)")
     parser.add_argument("--layers", type=int, default=12, help="decoder layers")
+    parser.add_argument(
+        "--tokenizer-from", type=Path, help="model directory whose tokenizer and chat template to take"
+    )
     args = parser.parse_args()
-    count = build(args.out, args.hidden, args.layers)
+    count = build(args.out, args.hidden, args.layers, tokenizer_from=args.tokenizer_from)
     print(f"{args.out}: {count / 1e6:.1f}M parameters")
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import sys
 import time
@@ -20,6 +19,13 @@ from pipelines.cli import add_config_arguments, given_location, given_path, logg
 from pipelines.control.commands import report_command
 from pipelines.control.console import console_defaults
 from pipelines.control.fleet import EngineFleet
+from pipelines.control.trainer_run import (
+    finish_trainer,
+    follow_trainer,
+    start_trainer,
+    stop_following,
+    stop_trainer,
+)
 from pipelines.report import make_report
 from pipelines.report_lib.learning import FIGURE as LEARNING_FIGURE
 from pipelines.report_lib.learning import Learning, write_learning
@@ -132,6 +138,7 @@ def build_config(args: argparse.Namespace) -> Config:
 class Summary:
     steps: int
     experiences: int
+    multi_turn: int  # experiences of more than one turn
     failed_tasks: int
     mean_reward: float
     tokens_per_s: float  # generated tokens over the sampling time (`pipelines.control.throughput`)
@@ -149,8 +156,8 @@ class Summary:
 
     def render(self) -> str:
         lines = [
-            f"rftflow explore finished: {self.steps} steps, {self.experiences} experiences, "
-            f"{self.failed_tasks} failed tasks"
+            f"rftflow explore finished: {self.steps} steps, {self.experiences} experiences "
+            f"({self.multi_turn} multi-turn), {self.failed_tasks} failed tasks"
             + (f", {self.skipped_tasks} skipped by over-rollout" if self.skipped_tasks else ""),
             f"  mean reward {self.mean_reward:.3f} | {self.tokens_per_s:.0f} generated tokens/s over "
             f"{self.seconds:.1f} s of sampling | {self.wall_seconds:.1f} s in all (start, shutdown too)",
@@ -238,6 +245,7 @@ def explore(
     return Summary(
         steps=explorer.plan.num_steps,
         experiences=totals["experiences"],
+        multi_turn=totals["multi_turn"],
         failed_tasks=totals["failed"],
         mean_reward=totals["rewards"] / totals["experiences"] if totals["experiences"] else float("nan"),
         tokens_per_s=totals["tokens"] / sampling if sampling else 0.0,
@@ -283,64 +291,6 @@ def bench(cfg: Config, run_dir: Path, **options) -> bool:
             await explorer.shutdown()
 
     return asyncio.run(run())
-
-
-def start_trainer(explorer, lr: float | None = None) -> tuple:
-    """The reference trainer as a Ray actor, following this run from the version it has reached."""
-    from pipelines.reference.trainer import TrainerOptions, start_trainer_actor  # heavy (torch), deferred
-
-    cfg = explorer.config
-    options = TrainerOptions(
-        run_dir=explorer.run_dir,
-        model_path=Path(cfg.model.model_path).resolve(),
-        method=cfg.synchronizer.sync_method,
-        checkpoint_dir=explorer.checkpoint_dir,
-        hub_name=explorer.hub_name,
-        steps=explorer.plan.num_steps,
-        first_version=explorer.state.model_version,
-        timeout=cfg.synchronizer.sync_timeout,
-        experience_buffer=cfg.buffer.trainer_input.experience_buffer,
-        lora=cfg.model.lora,
-        **({} if lr is None else {"lr": lr}),
-    )
-    return start_trainer_actor(options)
-
-
-def follow_trainer(trainer: tuple, monitor: Any) -> tuple:
-    """The trainer's `train/*` metrics logged into this run's MLflow run as steps are trained."""
-    from pipelines.control.trainer_log import TrainerLog  # deferred with the rest of the driver (Ray, MLflow)
-
-    actor, _ = trainer
-    log = TrainerLog(actor, monitor)
-    return log, asyncio.create_task(log.follow())
-
-
-async def stop_following(log: Any, task: asyncio.Task) -> None:
-    """Stop pulling, then take what the trainer made since the last pull."""
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure is said by last_pull's
-        await task
-    log.last_pull()  # on the event loop, as every MLflow call of the run
-
-
-async def finish_trainer(trainer: tuple, timeout: float) -> None:
-    """Let the trainer write its last checkpoint, the one a benchmark will want.
-
-    Only for checkpoints: a last version in memory or over broadcast has no explorer left to take it.
-    """
-    import ray  # heavy, deferred: --help and input errors answer without Ray
-
-    _, running = trainer
-    await asyncio.to_thread(ray.wait, [running], timeout=timeout)
-
-
-def stop_trainer(trainer: tuple) -> None:
-    import ray  # heavy, deferred: --help and input errors answer without Ray
-
-    actor, _ = trainer
-    with contextlib.suppress(Exception):  # a dead or stuck trainer is killed all the same
-        ray.get(actor.stop.remote(), timeout=10)
-    ray.kill(actor)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -112,6 +112,12 @@ class RolloutModelConfig(Strict):
         description="vLLM's tool call parser for the OpenAI API (e.g. `hermes`): turns "
         "tool calls in the model's text into `tool_calls`",
     )
+    json_whitespace: bool = Field(
+        True,
+        description="whether output held to JSON (a forced tool call, a JSON response format) may put "
+        "whitespace between its tokens; false: compact JSON only, so a model that is not trained to stop "
+        "cannot fill its reply with whitespace (vLLM's `disable_any_whitespace`)",
+    )
     reasoning_parser: str | None = Field(
         None, min_length=1, description="vLLM's reasoning parser for the OpenAI API (e.g. `deepseek_r1`)"
     )

@@ -108,6 +108,16 @@ def fc_engine(loop):
     loop.run_until_complete(engine.shutdown())
 
 
+@pytest.fixture
+def loopback_only():
+    """No connection off this machine while the test runs (tests/loopback_guard.py); yields the guard, whose
+    `refused` lists what was tried anyway."""
+    from loopback_guard import GUARD
+
+    with GUARD.watching() as guard:
+        yield guard
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """A real S3-compatible server (moto) on 127.0.0.1, for the object-store tests; killed at the end."""

@@ -48,7 +48,7 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool, lora: LoraConfig | None = No
             "lora_dtype": lora.lora_dtype,
         }
     chunked = cfg.enable_chunked_prefill if cfg.enable_chunked_prefill is not None else gpu
-    return {
+    args = {
         "enable_chunked_prefill": chunked,
         # unchunked, a step must hold a whole prompt
         "max_num_batched_tokens": None if chunked else max(2048, cfg.max_model_len),
@@ -63,3 +63,14 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool, lora: LoraConfig | None = No
         "disable_log_stats": True,
         **extra,
     }
+    if not cfg.json_whitespace:
+        args["structured_outputs_config"] = compact_json()
+    return args
+
+
+def compact_json() -> Any:
+    """vLLM's structured outputs held to compact JSON (`json_whitespace: false`), on xgrammar: vLLM's default
+    backend, and one of the two that can hold it."""
+    from vllm.config import StructuredOutputsConfig  # heavy, deferred: only engine processes import vLLM
+
+    return StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)

@@ -72,6 +72,7 @@ class StepReporter:
         self.windows: list[Window] = []  # the committed steps' sampling windows (`throughput`)
         self.totals = {
             "experiences": 0,
+            "multi_turn": 0,  # experiences of more than one turn
             "rewards": 0.0,
             "tokens": 0,
             "failed": 0,
@@ -113,6 +114,7 @@ class StepReporter:
             self.monitor.log_table(failure_table(done.records), failures_artifact(done.step))
         totals = self.totals
         totals["experiences"] += len(done.experiences)
+        totals["multi_turn"] += pc.sum(pc.greater(done.experiences.column("turns"), 1)).as_py() or 0
         totals["rewards"] += pc.sum(done.experiences.column("reward")).as_py() or 0.0
         totals["tokens"] += generated_tokens(done.experiences)
         totals["sampling_s"] = union_seconds(self.windows)

@@ -35,3 +35,9 @@ def test_the_engine_core_sleeps_on_cpu_and_spins_on_gpu_unless_the_config_says()
     assert engine_env(RolloutModelConfig(), gpu=True)[BUSY_WAIT_ENV] == "1"
     assert engine_env(RolloutModelConfig(busy_wait=True), gpu=False)[BUSY_WAIT_ENV] == "1"
     assert engine_env(RolloutModelConfig(busy_wait=False), gpu=True)[BUSY_WAIT_ENV] == "0"
+
+
+def test_json_whitespace_off_holds_structured_outputs_to_compact_json_and_on_leaves_vllms_default():
+    assert "structured_outputs_config" not in engine_args(RolloutModelConfig(), gpu=False)
+    compact = engine_args(RolloutModelConfig(json_whitespace=False), gpu=False)["structured_outputs_config"]
+    assert compact.disable_any_whitespace and compact.backend == "xgrammar"

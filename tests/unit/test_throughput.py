@@ -35,7 +35,10 @@ def recorded_step(
 ) -> CommittedStep:
     """A committed step as a run records it: one experience per sub-run, `(start, end)` wall-clock times."""
     experiences = experiences_to_table(
-        [make_experience(f"t{step}-{i}", 0, step=step, n_tokens=n) for i, n in enumerate(tokens)]
+        [  # the first of each step's experiences has two turns
+            make_experience(f"t{step}-{i}", 0, step=step, n_tokens=n, turns=2 - bool(i))
+            for i, n in enumerate(tokens)
+        ]
     )
     records = make_results([(f"t{step}-{i}", step, 1) for i in range(len(runs))])
     ends, lengths = [end for _, end in runs], [end - start for start, end in runs]
@@ -75,5 +78,6 @@ def test_the_reported_rates_agree_with_the_recorded_tokens_and_windows():
     assert monitor.metrics[2]["time/sampling"] == pytest.approx(0.04)
     assert 0.0 < monitor.metrics[2]["rollout/idle_ratio"] < 1.0  # it sampled 40 tokens
     assert reporter.totals["tokens"] == 80
+    assert reporter.totals["multi_turn"] == 2 and reporter.totals["experiences"] == 4  # the summary's counts
     assert reporter.totals["sampling_s"] == pytest.approx(0.05)  # the union: t to t + 0.05
     reporter.close()
