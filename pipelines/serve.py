@@ -53,6 +53,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", help="address to listen on (serve.host; other than 127.0.0.1 needs a key)")
     parser.add_argument("--port", type=int, help="port (serve.port; 0: a free one)")
     parser.add_argument("--ray-address", help="join a running Ray cluster, e.g. 'auto'")
+    parser.add_argument(
+        "--with-trainer",
+        action="store_true",
+        help="run the reference GRPO trainer beside the front: one update per committed step, each new "
+        "checkpoint rolled out engine by engine",
+    )
+    parser.add_argument("--trainer-lr", type=float, help="the reference trainer's learning rate")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, with tracebacks")
     return parser.parse_args(argv)
 
@@ -69,10 +76,11 @@ def build_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-async def serve(cfg: Config, run_dir: Path, ray_address: str | None) -> None:
+async def serve(cfg: Config, run_dir: Path, args: argparse.Namespace) -> None:
     from pipelines.serving.service import Service  # heavy (Ray, uvicorn), deferred: --help answers at once
 
-    service = Service(cfg, run_dir)
+    service = Service(cfg, run_dir, with_trainer=args.with_trainer, trainer_lr=args.trainer_lr)
+    ray_address = args.ray_address
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -98,7 +106,7 @@ def run_command(args: argparse.Namespace) -> int:
         cfg = build_config(args)
         run_dir = args.run_dir or Path("runs") / f"serve-{time.strftime('%Y%m%d-%H%M%S')}"
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(cfg, Path(run_dir), args.ray_address))
+            asyncio.run(serve(cfg, Path(run_dir), args))
     return 0
 
 

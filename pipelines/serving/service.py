@@ -24,6 +24,7 @@ from pipelines.control.checks import base_tensor_meta
 from pipelines.control.fleet import EngineFleet, LoadError
 from pipelines.control.rolling import roll
 from pipelines.control.runtime import init_ray
+from pipelines.control.trainer_run import stop_trainer
 from pipelines.control.weight_sync import CheckpointSource
 from pipelines.serving.commits import Committer
 from pipelines.serving.engines import EnginePool
@@ -48,9 +49,22 @@ def store_url(cfg: Config, run_dir: Path) -> str:
 
 
 class Service:
-    def __init__(self, cfg: Config, run_dir: Path, fleet: Any | None = None):
-        """`fleet`: engines already started (tests share theirs); otherwise the service starts its own."""
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        fleet: Any | None = None,
+        trainer_lr: float | None = None,
+        with_trainer: bool = False,
+    ):
+        """`fleet`: engines already started (tests share theirs); otherwise the service starts its own.
+        `with_trainer`: the reference trainer trains on each committed step, and its checkpoints are rolled
+        out (checkpoint sync)."""
         self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.with_trainer, self.trainer_lr = with_trainer, trainer_lr
+        self.trainer: tuple | None = None
+        if with_trainer:
+            cfg.synchronizer.sync_method = "checkpoint"
         self.fleet, self.own_fleet = fleet, fleet is None
         self.front: Front | None = None
         self.server: Any = None
@@ -84,6 +98,8 @@ class Service:
         self.executor = ThreadPoolExecutor(cfg.serve.max_concurrent + 8, thread_name_prefix="rftflow-serve")
         self.front = Front(cfg.serve, pool, store, committer, self.executor)
         url = await self.bind()
+        if self.with_trainer:
+            self.trainer = self.start_trainer()
         self.duty = asyncio.create_task(self.duties())
         if cfg.synchronizer.sync_method == "checkpoint":
             self.rolling = asyncio.create_task(self.roll_duty())
@@ -126,6 +142,27 @@ class Service:
                     self.last_commit = time.monotonic()
             except Exception:  # noqa: BLE001 - a failed duty is logged and tried again, the front serves on
                 log.exception("serve: a background duty failed")
+
+    def checkpoint_dir(self) -> Path:
+        return Path(self.cfg.synchronizer.checkpoint_dir or RunDir(self.run_dir).checkpoints).resolve()
+
+    def start_trainer(self) -> tuple:
+        """The reference trainer as a Ray actor: one GRPO update per committed step, a checkpoint each."""
+        from pipelines.reference.trainer import TrainerOptions, start_trainer_actor  # heavy (torch), deferred
+
+        cfg = self.cfg
+        options = TrainerOptions(
+            run_dir=self.run_dir.resolve(),
+            model_path=Path(cfg.model.model_path).resolve(),
+            method="checkpoint",
+            checkpoint_dir=self.checkpoint_dir(),
+            idle_timeout=24 * 3600.0,  # live traffic may pause for long; the front stops it
+            first_version=self.fleet.version,
+            timeout=cfg.synchronizer.sync_timeout,
+            experience_buffer=cfg.buffer.trainer_input.experience_buffer,
+            **({} if self.trainer_lr is None else {"lr": self.trainer_lr}),
+        )
+        return start_trainer_actor(options)
 
     def checkpoints(self) -> CheckpointSource:
         sync = self.cfg.synchronizer
@@ -197,5 +234,7 @@ class Service:
             self.front.store.close()
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.trainer is not None:
+            await asyncio.to_thread(stop_trainer, self.trainer)
         if self.own_fleet and self.fleet is not None:
             await asyncio.to_thread(self.fleet.stop)
