@@ -1,6 +1,6 @@
-"""Serve mode's closed loop: a scripted user talks to the front, rewards the answers it likes, and commits;
-the reference trainer (`--with-trainer`) trains on each committed step, and its checkpoints are rolled out to the
-engine while the user keeps talking.
+"""Serve mode's closed loop: a scripted user talks to the front, rewards the answers it likes, and
+commits; the reference trainer (`--with-trainer`) trains on each committed step, and its checkpoints are
+rolled out to the engine while the user keeps talking.
 
 The user likes answers that use the calculator: it asks the bundled tool model (`tiny-tool-llama`, with the
 `tool_math` system prompt) `tool_arith` questions, and rewards a reply 1 when it calls `<calc>`, else 0. Each
@@ -101,9 +101,8 @@ async def run(args: argparse.Namespace) -> dict:
 def main() -> None:
     report = asyncio.run(run(parse_args()))
     print(json.dumps(report))
-    print(
-        f"first 5 steps {report['first5']:.3f}, last 5 {report['last5']:.3f}, {report['seconds']:.0f} s in all"
-    )
+    first, last = report["first5"], report["last5"]
+    print(f"first 5 steps {first:.3f}, last 5 {last:.3f}, {report['seconds']:.0f} s in all")
     print(f"serve_closed_loop: rise={report['rise']:.2f} (target >= 0.20)")
 
 
