@@ -17,7 +17,12 @@ requests back (its own report). After each sync two tensors are read back from t
 the sent ones cast to the engine's dtype and differ from what it held before, so no no-op is ever timed.
 Target: latency <= 5% of a cold start.
 
-    python benchmarks/weight_sync.py [--models tiny,random] [--repeats 3] [--out results.json]
+With `--lora`, adapter sync instead (`lora_sync.py`): on one LoRA-enabled float32 engine per model, rank-16
+adapters on every linear layer synced by checkpoint and by memory, delivery check included, against
+full-weight syncs by the same method on the same engine; target: adapter / full <= 0.50. The last line gives
+the worst method's ratio on the last model: `lora_sync: ratio=X.XX (target <= 0.50)`.
+
+    python benchmarks/weight_sync.py [--models tiny,random] [--repeats 3] [--lora] [--out results.json]
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from common import parser, start_fleet
+from lora_sync import LORA_TARGET, LoraBench, print_lora_table
+from lora_sync import summary as lora_summary
 
 SOURCES = ("checkpoint", "memory", "broadcast")
 TARGET = 0.05
@@ -69,6 +76,9 @@ def parse_args() -> argparse.Namespace:
     options = parser(__doc__, overrides=False, out=None)
     options.add_argument("--models", default="tiny,random", help="comma-separated: tiny, random")
     options.add_argument("--repeats", type=int, default=3, help="syncs per source")
+    options.add_argument(
+        "--lora", action="store_true", help="adapter sync vs full-weight sync (lora_sync.py)"
+    )
     options.add_argument(
         "--random-dir",
         type=Path,
@@ -332,22 +342,32 @@ def main() -> None:
 
     args = parse_args()
     init_ray(RayConfig())
-    results, failed = {}, False
+    results, failed, ratio = {}, False, None
     try:
         with tempfile.TemporaryDirectory(prefix="weight-sync-") as work:
             for name in args.models:
-                bench = Bench(name, model_dir(name, args.random_dir), args.repeats, Path(work))
-                result = bench.run()
-                rows = summary(result)
-                print_table(result, rows)
+                path = model_dir(name, args.random_dir)
+                if args.lora:
+                    result: Any = LoraBench(name, path, args.repeats, Path(work)).run()
+                    rows = lora_summary(result)
+                    print_lora_table(result, rows)
+                    ratios = [row["ratio"] for row in rows.values() if "ratio" in row]
+                    ratio = max(ratios) if len(ratios) == len(rows) else None
+                else:
+                    result = Bench(name, path, args.repeats, Path(work)).run()
+                    rows = summary(result)
+                    print_table(result, rows)
                 failed |= any(row["error"] for row in rows.values())
                 results[name] = {**asdict(result), "summary": rows}
     finally:
         ray.shutdown()
     if args.out:
         machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}"
-        report = {"machine": machine, "repeats": args.repeats, "target": TARGET, "models": results}
+        target = LORA_TARGET if args.lora else TARGET
+        report = {"machine": machine, "repeats": args.repeats, "target": target, "models": results}
         args.out.write_text(json.dumps(report, indent=2))
+    if args.lora:
+        print(f"lora_sync: ratio={'-' if ratio is None else f'{ratio:.2f}'} (target <= {LORA_TARGET:.2f})")
     if failed:
         raise SystemExit(1)
 

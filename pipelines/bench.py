@@ -2,7 +2,8 @@
 
 The engines start once, with the config's model; each checkpoint is then loaded in place (the same reload a
 weight sync uses), so a benchmark of N checkpoints pays one engine start, not N. Every checkpoint is checked
-before any engine sees it, and a bad one is reported and skipped while the others go on.
+before any engine sees it, and a bad one is reported and skipped while the others go on. With a LoRA config
+(`model.lora`) the checkpoints are adapters of the config's model, each loaded as an adapter version.
 
 Results are kept in `<run dir>/bench_state.json`, keyed by the weights' sha256, the taskset and the sampling
 settings, so a rerun (or a `--watch` that restarts) skips what it has already measured. `Explorer.benchmark()`

@@ -105,6 +105,7 @@ class VLLMEngine(ServesCallBatches, WeightSwaps, AdapterSwaps):
         self.warming: asyncio.Future | None = None  # the warm-up request, made once (`ready`)
         self.adapter = None  # the LoRARequest every request samples with (`AdapterSwaps`); None: the base
         self.adapters_loaded = []
+        self.base_scores = {}
 
     async def ready(self) -> dict[str, Any]:
         """The engine's identity, once its model is loaded, its first forward done (`warm_up`) and (when

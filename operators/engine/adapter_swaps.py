@@ -4,7 +4,9 @@ Each version is added under its own name and id (`<name>-v<N>`, id N + 1) from i
 older one: vLLM's prefix cache is keyed by the adapter, so a rewritten folder would serve stale prefixes. The
 load runs inside the same pause as a full-weight load (`WeightSwaps._swap`), and within it the delivery probe
 is scored under the new adapter and under the base model: only when the scores prove the adapter arrived
-(`operators.engine.adapters.check_delivery`) does it become the one every request samples with. Otherwise it
+(`operators.engine.adapters.check_delivery`) does it become the one every request samples with. The base
+model's scores are kept between loads (a LoRA run never changes the base weights; any full-weight load drops
+them), so each load pays one probe pass, not two: the check is most of an adapter sync's cost. Otherwise it
 is removed again and the engine stays on its old version. Versions beyond the newest `keep` are unloaded
 after the new one is in.
 """
@@ -41,6 +43,8 @@ class AdapterSwaps:
     adapter: Any = None
     # (version, lora id, staged folder to remove when unloaded or None) of each loaded version, oldest first
     adapters_loaded: list[tuple[int, int, Path | None]]
+    # the base model's probe scores by probe sequence, until the base weights change (`WeightSwaps._swap`)
+    base_scores: dict[tuple[int, ...], list[float]]
 
     async def probe_logprobs(self, ids: list[int], lora: Any) -> list[float]:
         """Prompt logprobs of `ids` (each token after the first) under `lora` (None: the base model)."""
@@ -84,8 +88,7 @@ class AdapterSwaps:
             added = time.perf_counter()
             try:
                 got = await self.probe_logprobs(expected.token_ids, lora)
-                base = await self.probe_logprobs(expected.token_ids, None)
-                report.update(check_delivery(lora.lora_name, expected, got, base))
+                report.update(check_delivery(lora.lora_name, expected, got, await self.base_probe(expected)))
             except Exception:  # a refused or failed probe: the old version stays current
                 await self.llm.remove_lora(version + 1)
                 raise
@@ -94,7 +97,7 @@ class AdapterSwaps:
             return sum(p.stat().st_size for p in Path(path).glob("*.safetensors"))
 
         try:
-            result = await self._swap(version, load, preempt)
+            result = await self._swap(version, load, preempt, base=False)
         except BaseException:
             if folder is not None:
                 shutil.rmtree(folder.parent, ignore_errors=True)
@@ -106,6 +109,13 @@ class AdapterSwaps:
         ]
         await self.unload_beyond(keep)
         return {**result, **report}
+
+    async def base_probe(self, probe: Probe) -> list[float]:
+        """The base model's scores of the probe's sequence: computed on first use, then kept."""
+        key = tuple(probe.token_ids)
+        if key not in self.base_scores:
+            self.base_scores[key] = await self.probe_logprobs(probe.token_ids, None)
+        return self.base_scores[key]
 
     async def load_adapter_state(
         self,

@@ -19,7 +19,7 @@ from operators.engine.transfer import from_wire, stage_state_dict
 
 class WeightSwaps:
     """The weight loads of `VLLMEngine`, which provides `llm`, `open`, `drained`, `in_flight`, `dispatched`,
-    `hopeless`, `preempted`, `preemptions` and `model_version`."""
+    `hopeless`, `preempted`, `preemptions`, `model_version` and `base_scores` (`AdapterSwaps`)."""
 
     async def preempt(self) -> int:
         """Cut the direct requests in flight (partial rollout): each goes on after the swap from its ids."""
@@ -31,10 +31,11 @@ class WeightSwaps:
         return len(cut)
 
     async def _swap(
-        self, version: int, load: Callable[[], Awaitable[int]], preempt: bool = False
+        self, version: int, load: Callable[[], Awaitable[int]], preempt: bool = False, base: bool = True
     ) -> dict[str, float]:
         """Pause, let requests in flight finish (or cut them, with `preempt`), load, stamp the new version,
-        resume; reports the pause. Requests over HTTP always finish: their callers hold what they sampled."""
+        resume; reports the pause. Requests over HTTP always finish: their callers hold what they sampled.
+        `base`: the load replaces the base weights, so the base model's probe scores (`AdapterSwaps`) go."""
         paused = time.perf_counter()
         self.open.clear()
         try:
@@ -42,6 +43,8 @@ class WeightSwaps:
             async with self.drained:
                 await self.drained.wait_for(lambda: self.in_flight == 0)
             loaded = time.perf_counter()
+            if base:
+                self.base_scores.clear()
             nbytes = await load()
             self.model_version = version
         finally:

@@ -2,7 +2,9 @@
 
 The engines start once; each checkpoint is loaded through the fleet (the same in-place reload a weight sync
 uses), so N checkpoints cost one engine start, and an engine replaced mid-benchmark comes back on the
-checkpoint under test. A bad checkpoint is reported with its reason and the others go on.
+checkpoint under test. A bad checkpoint is reported with its reason and the others go on. With `model.lora`,
+the checkpoints are adapters of the config's model, each loaded as the adapter version of its step (vLLM
+keeps the base weights; the engines never restart).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pipelines.benchmark.selection import (
 )
 from pipelines.benchmark.state import BenchState
 from pipelines.benchmark.stats import task_estimates
+from pipelines.control.adapter_sync import checkpoint_update
 from pipelines.control.evaluate import Evaluation, evaluate
 from pipelines.control.fleet import Fleet, LoadError, Restore, WeightUpdate
 from pipelines.control.tracking import MlflowMonitor
@@ -167,7 +170,7 @@ class Bench:
     def run_one(self, candidate: Candidate) -> str:
         """`done`, `skipped` or `failed`; a failure is recorded with its reason and never raised."""
         try:
-            check_candidate(candidate, self.expected, self.base)
+            check_candidate(candidate, self.expected, self.base, self.cfg.model.lora)
             weights = weights_hash(candidate.path, self.state.hash_cache)
         except CheckpointError as exc:
             return self.fail(candidate, str(exc))
@@ -185,7 +188,7 @@ class Bench:
         if weights != self.loaded_hash:
             try:
                 self.load(candidate)
-            except LoadError as exc:
+            except (LoadError, CheckpointError) as exc:
                 self.loaded_hash = None  # the next load replaces every weight, whatever is there now
                 return self.fail(candidate, f"load failed: {exc}")
             self.loaded_hash = weights
@@ -210,9 +213,14 @@ class Bench:
         return "done"
 
     def load(self, candidate: Candidate) -> None:
-        """Every engine loads `candidate` in place, through the fleet (which moves its restore point)."""
+        """Every engine loads `candidate` in place, through the fleet (which moves its restore point); in a
+        LoRA run, as the adapter version of its step, proven by its probe (computed here when it has none)."""
         self.reloads += 1
-        update = WeightUpdate(candidate.step, "checkpoint", path=candidate.path.resolve())
+        path = candidate.path.resolve()
+        if self.cfg.model.lora is not None and not candidate.is_base:
+            update = checkpoint_update(self.cfg, path, candidate.step)
+        else:
+            update = WeightUpdate(candidate.step, "checkpoint", path=path)
         self.fleet.load(update, self.cfg.synchronizer.sync_timeout)
 
     def measure(self, candidate: Candidate, weights: str, taskset: TasksetConfig, child: str) -> None:

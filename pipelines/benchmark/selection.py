@@ -1,7 +1,7 @@
 """Which checkpoints a benchmark runs, in which order, and whether each can be loaded at all.
 
-Every check here reads only headers and `config.json`, so a bad checkpoint is reported with its reason before
-any engine sees it, and the others go on.
+Every check here reads only headers and `config.json` (an adapter's: `adapter_config.json`), so a bad
+checkpoint is reported with its reason before any engine sees it, and the others go on.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from operators.engine.adapters import check_adapter
 from operators.engine.checkpoints import (
     STEP_DIR,
     TRINITY_MODEL_DIR,
@@ -23,6 +24,7 @@ from operators.engine.checkpoints import (
     model_dir,
 )
 from pipelines.control.sync_policy import read_trainer_status
+from schemas.lora_config import LoraConfig
 from schemas.run_dir import trainer_status_path
 
 DEFAULT_TIMEOUT_S = 3600.0
@@ -121,8 +123,11 @@ def check_architecture(directory: Path, base: Path) -> None:
             )
 
 
-def check_candidate(candidate: Candidate, expected: TensorMetaMap, base: Path) -> None:
-    """Raise CheckpointError naming why this directory cannot be loaded into the engines."""
+def check_candidate(
+    candidate: Candidate, expected: TensorMetaMap, base: Path, lora: LoraConfig | None = None
+) -> None:
+    """Raise CheckpointError naming why this directory cannot be loaded into the engines. With `lora` (the
+    run's LoRA config), every candidate but the base is an adapter of the base model (PEFT's or Trinity's)."""
     path = candidate.path
     if path.is_symlink() and not path.exists():
         raise CheckpointError(f"{path}: a symlink loop, or a link to nothing")
@@ -131,6 +136,9 @@ def check_candidate(candidate: Candidate, expected: TensorMetaMap, base: Path) -
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a directory")
     try:
+        if lora is not None and not candidate.is_base:
+            check_adapter(path, base, lora.max_lora_rank, lora.base_model_name)
+            return
         check_checkpoint(path, expected, root=candidate.root)  # config.json, whole files, the model's tensors
         check_architecture(path, base)
     except (OSError, RuntimeError) as exc:  # a file in it loops or went away: its failure, not the bench's

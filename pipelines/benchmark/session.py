@@ -110,7 +110,7 @@ def bench_dry_run(cfg: Config, run_dir: Path, selection: Selection, taskset_path
     ):
         try:
             if not candidate.is_base:
-                check_candidate(candidate, expected, Path(cfg.model.model_path))
+                check_candidate(candidate, expected, Path(cfg.model.model_path), cfg.model.lora)
             verdict = "would be measured"
         except CheckpointError as exc:
             verdict = f"would fail: {exc}"

@@ -85,11 +85,16 @@ def gather(calls: list[Any], timeout: float) -> tuple[dict[int, dict], list[str]
 
 
 def worst_probe(reports: list[dict]) -> dict[str, float]:
-    """An adapter load's probe distances across engines: the largest to the adapter, the smallest to base."""
+    """An adapter load's delivery probe across engines: the largest distance to the adapter, the smallest to
+    the base, and the longest the check took (`check_s`: its share of a sync is what it costs)."""
     adapter = [r["adapter_d"] for r in reports if "adapter_d" in r]
     if not adapter:
         return {}
-    return {"adapter_d": max(adapter), "base_d": min(r["base_d"] for r in reports if "base_d" in r)}
+    return {
+        "adapter_d": max(adapter),
+        "base_d": min(r["base_d"] for r in reports if "base_d" in r),
+        "check_s": max(r.get("probe_s", 0.0) for r in reports),
+    }
 
 
 class EngineFleet:

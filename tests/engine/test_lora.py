@@ -162,7 +162,9 @@ def test_adapter_logprobs_match_the_engine_on_the_merged_weights(loop, lora_engi
     ids = Probe.load(adapters[2]).token_ids
     under_adapter = loop.run_until_complete(lora_engine.probe_logprobs(ids, lora_engine.adapter))
     base = loop.run_until_complete(lora_engine.probe_logprobs(ids, None))
+    assert lora_engine.base_scores  # kept between adapter loads ...
     loop.run_until_complete(lora_engine.load_checkpoint(str(tmp_path), 7))
+    assert lora_engine.base_scores == {}  # ... until the base weights change
     try:
         on_merged = loop.run_until_complete(lora_engine.probe_logprobs(ids, None))
     finally:

@@ -21,6 +21,7 @@ from operators.engine.call_batches import ServesCallBatches
 from operators.engine.client import EngineClient
 from pipelines.control.fleet import EngineFleet, EngineLost, Restore
 from pipelines.control.runtime import init_ray
+from pipelines.control.weight_updates import AdapterSpec, WeightUpdate
 from schemas.config import RayConfig, load_config
 
 
@@ -59,6 +60,16 @@ class EngineDouble(ServesCallBatches):
         self.open.set()
         return {"version": version, "bytes": 0, "pause_s": 0.0, "load_s": 0.0}
 
+    async def load_adapter(self, path: str, version: int, name: str, probe: dict, keep: int, *rest) -> dict:
+        """A LoRA run's load: recorded as the adapter's name, version and folder (or staged state)."""
+        self.version = version
+        self.loads.append(f"{name}-v{version}:{path}:{probe['logprobs']}")
+        self.open.set()
+        return {"version": version, "bytes": 0, "pause_s": 0.0, "adapter_d": 0.0, "base_d": 1.0}
+
+    async def load_adapter_state(self, state: list, config: dict, version: int, *rest) -> dict:
+        return await self.load_adapter(f"staged {state[0]}", version, *rest)
+
     def loaded(self) -> list[str]:
         return self.loads
 
@@ -84,10 +95,10 @@ def no_doubles_left():
         FLEETS.pop().stop()
 
 
-def supervisor(name: str, restore: Restore | None, **settings) -> EngineFleet:
-    """A fleet of one engine double called `name`, on `restore` (None: the base model)."""
+def supervisor(name: str, restore: Restore | None, *more: str, **settings) -> EngineFleet:
+    """A fleet of one engine double called `name`, on `restore` (None: the base model); `more`: overrides."""
     overrides = [f"explorer.{k}={v}" for k, v in settings.items()]
-    cfg = load_config(None, ["explorer.health_check_timeout=10", *overrides])
+    cfg = load_config(None, ["explorer.health_check_timeout=10", *overrides, *more])
 
     def launch(engine_name: str, closed: bool):
         return Double.options(name=engine_name).remote(closed=closed)
@@ -166,3 +177,23 @@ def test_a_version_with_nothing_to_reload_from_stops_rather_than_serving_the_bas
     with pytest.raises(EngineLost, match="broadcast"):
         watcher.check()
     assert watcher.handles[0] is original  # not swapped for an engine on the wrong weights
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "memory"])
+def test_a_killed_engine_of_a_lora_run_comes_back_on_the_current_adapter_version(kind):
+    """The fleet's own load makes the restore point; the replacement of a killed engine loads that adapter
+    (the same folder, or the same object ref staged afresh) and its probe, not the base model."""
+    lora = ["model.lora.name=policy", "explorer.rollout_model.dtype=float32"]
+    watcher = supervisor(f"double/engine-lora-{kind}", None, *lora)
+    probe = {"token_ids": [1, 2, 3], "logprobs": [-0.5, -1.5]}
+    spec = AdapterSpec("policy", probe, keep=1)
+    ref = ray.put({"lora_A": [0.0]}) if kind == "memory" else None
+    path = Path("/ckpt/global_step_4") if kind == "checkpoint" else None
+    watcher.load(WeightUpdate(4, kind, path=path, state=ref, adapter=spec), 30)
+    first = ray.get(watcher.handles[0].loaded.remote())
+    ray.kill(watcher.handles[0], no_restart=True)  # the engine actor is killed mid-run
+    assert watcher.check() == [0]
+    replacement = watcher.handles[0]
+    assert ray.get(replacement.ready.remote())["model_version"] == 4
+    assert ray.get(replacement.loaded.remote()) == first and first[0].startswith("policy-v4:")
+    assert watcher.restore_point.adapter == spec and watcher.restarts == 1

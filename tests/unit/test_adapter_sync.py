@@ -21,7 +21,9 @@ from operators.engine.adapters import (
 from operators.engine.checkpoints import CheckpointError
 from pipelines.control.adapter_sync import checkpoint_update, memory_update
 from pipelines.control.fleet import EngineFleet, LoadError
-from pipelines.control.weight_updates import AdapterSpec, WeightUpdate
+from pipelines.control.state import ExplorerState
+from pipelines.control.weight_sync import ExplorerSync
+from pipelines.control.weight_updates import AdapterSpec, Restore, WeightUpdate
 from schemas.config import TOOL_MODEL, validate_tree
 
 PROBE = {"token_ids": [0, 5, 6], "logprobs": [-1.0, -2.0]}
@@ -132,3 +134,46 @@ def test_the_reference_trainers_adapter_versions_pass_the_explorers_checks(tmp_p
     assert update.adapter.probe["logprobs"] == score_adapter(TOOL_MODEL, update.path).logprobs
     announced = memory_update(cfg, 2, memory_payload(model, TOOL_MODEL, lambda state: state))
     assert announced.adapter.probe == update.adapter.probe and announced.state
+
+
+class LoadRecorder:
+    """Stands in for the fleet where a resumed explorer puts its engines back: records what it is asked to
+    load and becomes that restore point, as `EngineFleet.load` does."""
+
+    def __init__(self, model_path: Path):
+        self.restore_point, self.loads = Restore(0, path=model_path), []
+
+    def load(self, update: WeightUpdate, timeout: float) -> None:
+        self.loads.append(update)
+        self.restore_point = update.restore_point()
+
+
+def resumed(tmp_path: Path, reached: int, **lora) -> tuple[LoadRecorder, ExplorerState]:
+    """A LoRA run resumed at `reached`, its engines aligned; version 2's adapter is on disk."""
+    write(tmp_path / "checkpoints" / "global_step_2")
+    cfg = lora_cfg(sync_method="checkpoint", checkpoint_dir=str(tmp_path / "checkpoints"))
+    cfg.model.lora = cfg.model.lora.model_copy(update=lora)
+    explorer_sync = ExplorerSync(cfg, tmp_path / "run", "resumed")
+    explorer_sync.fleet, state = LoadRecorder(TOOL_MODEL), ExplorerState(model_version=reached)
+    explorer_sync.align_engines(state)
+    return explorer_sync.fleet, state
+
+
+def test_a_resumed_lora_run_reloads_the_adapter_version_it_reached(tmp_path):
+    fleet, state = resumed(tmp_path, 2)
+    [update] = fleet.loads
+    assert (update.version, update.path, update.adapter.probe) == (
+        2,
+        tmp_path / "checkpoints/global_step_2",
+        PROBE,
+    )
+    assert fleet.restore_point.adapter == update.adapter and state.model_version == 2
+
+
+def test_a_resumed_lora_run_whose_version_is_gone_goes_on_from_version_0(tmp_path):
+    fleet, state = resumed(tmp_path, 5)  # version 5 is not on disk; a fresh adapter's version 0 is the base
+    assert fleet.loads == [] and state.model_version == 0
+    fleet, state = resumed(tmp_path / "from-path", 5, path=write(tmp_path / "start"))
+    assert [(u.version, u.path) for u in fleet.loads] == [
+        (0, tmp_path / "start")
+    ] and state.model_version == 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from unit_factories import make_results
 
@@ -58,10 +59,13 @@ class FleetDouble:
 
     def __init__(self) -> None:
         self.loads: list[int] = []
+        self.adapters: list[tuple[int, str, dict]] = []  # a LoRA run's loads: version, folder name, probe
         self.restore_point = Restore(0, path=DEFAULT_MODEL)
 
     def load(self, update: WeightUpdate, timeout: float) -> Loaded:
         self.loads.append(update.version)
+        if update.adapter is not None:
+            self.adapters.append((update.version, update.path.name, update.adapter.probe))
         self.restore_point = update.restore_point()
         return Loaded(0.0, 0)
 
@@ -121,16 +125,19 @@ def setup(tmp_path, base_tensors, expected, write_jsonl, tracking):
             ckpts, step, {**base_tensors, name: base_tensors[name] * (step + 1)}, DEFAULT_MODEL
         )
 
-    def make(**kwargs) -> RecordingBench:
+    def make(config=cfg, **kwargs) -> RecordingBench:
         state = BenchState.load(run_dir)
         recorder = FleetDouble()
         kwargs.setdefault("fleet", recorder)
         return RecordingBench(
-            cfg, run_dir, parent=monitor, state=state, plans=defaultdict(type(None)), expected=expected,
+            config, run_dir, parent=monitor, state=state, plans=defaultdict(type(None)), expected=expected,
             recorder=recorder, **kwargs,
         )  # fmt: skip
 
-    return {"make": make, "checkpoint": checkpoint, "ckpts": ckpts, "monitor": monitor, "run_dir": run_dir}
+    return {
+        "make": make, "checkpoint": checkpoint, "ckpts": ckpts, "monitor": monitor, "run_dir": run_dir,
+        "cfg": cfg,
+    }  # fmt: skip
 
 
 def children(monitor: MlflowMonitor) -> list:
@@ -297,3 +304,36 @@ def test_a_looping_weight_file_in_the_checkpoint_dir_fails_that_checkpoint_only(
     assert bench.evals == [(2, "small")]
     [failure] = report.failures
     assert failure.candidate.path == broken and "symlink loop" in failure.reason
+
+
+def test_a_lora_run_benchmarks_adapters_as_versions_on_the_same_engines(setup, tmp_path):
+    """With `model.lora`, each checkpoint is an adapter loaded as the version of its step, with its probe; an
+    adapter the engines cannot serve is reported naming its file, and the others go on."""
+    from safetensors.numpy import save_file
+
+    from schemas.lora_config import LoraConfig
+
+    probe = {"token_ids": [0, 5, 6], "logprobs": [-1.0, -2.0]}
+
+    def adapter(name: str, rank: int) -> Path:
+        folder = tmp_path / "adapters" / name
+        folder.mkdir(parents=True)
+        config = {"r": rank, "target_modules": ["q_proj"], "base_model_name_or_path": DEFAULT_MODEL.name}
+        (folder / "adapter_config.json").write_text(json.dumps(config))
+        tensor = np.full((rank, 4), len(name), np.float32)
+        save_file(
+            {"base_model.model.layers.0.q_proj.lora_A.weight": tensor},
+            str(folder / "adapter_model.safetensors"),
+        )
+        (folder / "adapter_probe.json").write_text(json.dumps(probe))
+        return folder
+
+    cfg = setup["cfg"]
+    lora_cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lora": LoraConfig()})})
+    bench = setup["make"](config=lora_cfg, loaded_hash=weights_hash(DEFAULT_MODEL))
+    chosen = [adapter("global_step_20", 8), adapter("global_step_10", 16), adapter("global_step_30", 64)]
+    report = run_benchmark(bench, Selection(chosen, include_base=True), progress=False)
+    assert bench.recorder.adapters == [(10, "global_step_10", probe), (20, "global_step_20", probe)]
+    assert bench.evals == [(0, "small"), (10, "small"), (20, "small")]  # the base first: no load for it
+    [failure] = report.failures
+    assert "global_step_30/adapter_config.json" in failure.reason and "max_lora_rank" in failure.reason
