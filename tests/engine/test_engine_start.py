@@ -51,6 +51,11 @@ def engine_core(monkeypatch):
     monkeypatch.setattr(shm_broadcast, "sched_yield", shm_broadcast.sched_yield)
     title = setproctitle.getproctitle()
     setproctitle.setproctitle("VLLM::EngineCore")
+    if not vllm_plugin.in_engine_core():
+        # Once in a full run (after ~1,200 other tests in this process) the title did not read back: this
+        # process is then taken as vLLM's engine core by the plugin's own test of it, so the swap is still
+        # what is checked; `test_other_vllm_processes_keep_the_spin` checks the title rule.
+        monkeypatch.setattr(vllm_plugin, "in_engine_core", lambda: True)
     yield shm_broadcast
     setproctitle.setproctitle(title)
 
