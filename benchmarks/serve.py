@@ -25,9 +25,11 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 from common import bench_config, parser, start_fleet
@@ -122,13 +124,13 @@ def client_main(spec: dict) -> None:
 
 
 async def in_client_process(spec: dict) -> tuple[int, float, list[float]]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--client", json.dumps(spec), stdout=asyncio.subprocess.PIPE
-    )
-    out, _ = await process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"the {spec['side']} clients failed ({process.returncode})")
-    tokens, seconds, latencies = json.loads(out.decode().strip().splitlines()[-1])
+    """One side's sessions in a process of their own (started from a thread: asyncio's child watcher would
+    also reap the processes Ray started from this one)."""
+    command = [sys.executable, __file__, "--client", json.dumps(spec)]
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the {spec['side']} clients failed ({done.returncode}): {done.stderr[-2000:]}")
+    tokens, seconds, latencies = json.loads(done.stdout.strip().splitlines()[-1])
     return tokens, seconds, latencies
 
 
@@ -152,23 +154,35 @@ async def run(args) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             service = Service(cfg, Path(tmp), fleet=fleet)
             front = (await service.start()).url
-            await direct_side(
-                handle, url, model, argparse.Namespace(**{**vars(args), "sessions": 4, "calls": 1})
-            )  # warm-up
+            shared = {"sessions": args.sessions, "calls": args.calls, "max_tokens": args.max_tokens}
+            opened = [
+                handle.open_session.remote(2**31 - 1, 2**31 - 1, 300.0, None, ["bench", i])
+                for i in range(args.sessions)
+            ]
+            keys = [await key for key in opened]
+            warm = {
+                "side": "direct",
+                "url": url,
+                "keys": keys,
+                "model": model,
+                "args": {**shared, "sessions": 4, "calls": 1},
+            }
+            await in_client_process(warm)
             sides = {"direct": [0, 0.0, []], "serve": [0, 0.0, []]}
             for _ in range(args.rounds):
                 for name in ("direct", "serve"):
-                    tokens, seconds, lat = await (
-                        direct_side(handle, url, model, args)
-                        if name == "direct"
-                        else serve_side(front, model, args)
-                    )
+                    target = url if name == "direct" else front
+                    spec = {"side": name, "url": target, "keys": keys, "model": model, "args": shared}
+                    tokens, seconds, lat = await in_client_process(spec)
                     sides[name][0] += tokens
                     sides[name][1] += seconds
                     sides[name][2] += lat
             async with httpx.AsyncClient(base_url=front, timeout=60) as http:
                 figures = (await http.get("/metrics")).json()
                 committed = (await http.post("/commit")).json()
+    except BaseException:
+        traceback.print_exc()  # now: Ray's shutdown of a failed run can end the process before Python prints
+        raise
     finally:
         if service is not None:
             await service.stop()
