@@ -38,8 +38,8 @@ from operators.workflows.tool_math_fc import (
     TOOL_CALL_OPEN,
     hermes_call,
 )
-from pipelines.reference import arith_tasks, tool_arith_tasks
-from pipelines.reference.tiny_builder import Conversation, Recipe, Turn, arith_conversation, format_response
+from pipelines.reference.tiny_builder import Conversation, Recipe, Turn, format_response
+from pipelines.reference.tiny_tool_model import mixed_stream
 from schemas.config import TOOL_MODEL
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -111,21 +111,11 @@ def drill(rng: random.Random, row: dict) -> Conversation:
 
 def conversations(seed: int, count: int) -> list[Conversation]:
     """`count` training conversations, each a decision, a copy drill or arithmetic (see the module)."""
-    rng = random.Random(seed)
-    shares = [DECISION_SHARE, DRILL_SHARE, 1 - DECISION_SHARE - DRILL_SHARE]
-    kinds = rng.choices(["decision", "drill", "arith"], shares, k=count)
-    tools = count - kinds.count("arith")
-    arith_rows = iter(arith_tasks.generate(count - tools, seed, split="train"))
-    tool_rows = iter(tool_arith_tasks.generate(tools, seed, split="train"))
-    stream: list[Conversation] = []
-    for kind in kinds:
-        if kind == "arith":
-            stream.append(arith_conversation(next(arith_rows)))
-        elif kind == "drill":
-            stream.append(drill(rng, next(tool_rows)))
-        else:
-            stream.append(fc_conversation(rng, next(tool_rows), calls=rng.random() < CALL_SHARE))
-    return stream
+
+    def decision(rng: random.Random, row: dict, calls: bool) -> Conversation:
+        return fc_conversation(rng, row, calls=calls)
+
+    return mixed_stream(seed, count, (DECISION_SHARE, DRILL_SHARE, CALL_SHARE), decision, drill)
 
 
 FC_RECIPE = Recipe(

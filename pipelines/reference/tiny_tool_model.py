@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 
 from operators.workflows.calculator import calculate
 from operators.workflows.tool_math import CALL_CLOSE, CALL_OPEN, TOOL_SYSTEM_PROMPT
@@ -64,9 +65,30 @@ def drill(rng: random.Random, row: dict) -> Conversation:
 
 def conversations(seed: int, count: int) -> list[Conversation]:
     """`count` training conversations, each a decision, a copy drill or arithmetic (see the module)."""
+
+    def decision(rng: random.Random, row: dict, calls: bool) -> Conversation:
+        return tool_conversation(row, calls=calls)
+
+    return mixed_stream(seed, count, (DECISION_SHARE, DRILL_SHARE, CALL_SHARE), decision, drill)
+
+
+def mixed_stream(
+    seed: int,
+    count: int,
+    shares: tuple[float, float, float],
+    decision: Callable[[random.Random, dict, bool], Conversation],
+    drill: Callable[[random.Random, dict], Conversation],
+) -> list[Conversation]:
+    """A tool recipe's training stream: `count` conversations, each a decision on a `tool_arith` row (to call
+    in the third share of them), a copy drill, or arithmetic, in the first two shares and the rest. The tool
+    models' recipes differ only in how a decision and a drill are written."""
+    decision_share, drill_share, call_share = shares
     rng = random.Random(seed)
-    shares = [DECISION_SHARE, DRILL_SHARE, 1 - DECISION_SHARE - DRILL_SHARE]
-    kinds = rng.choices(["decision", "drill", "arith"], shares, k=count)
+    kinds = rng.choices(
+        ["decision", "drill", "arith"],
+        [decision_share, drill_share, 1 - decision_share - drill_share],
+        k=count,
+    )
     tools = count - kinds.count("arith")
     arith_rows = iter(arith_tasks.generate(count - tools, seed, split="train"))
     tool_rows = iter(tool_arith_tasks.generate(tools, seed, split="train"))
@@ -77,7 +99,8 @@ def conversations(seed: int, count: int) -> list[Conversation]:
         elif kind == "drill":
             stream.append(drill(rng, next(tool_rows)))
         else:
-            stream.append(tool_conversation(next(tool_rows), calls=rng.random() < CALL_SHARE))
+            row = next(tool_rows)
+            stream.append(decision(rng, row, rng.random() < call_share))
     return stream
 
 
