@@ -55,9 +55,18 @@ def body(model: str, session: int, turn: int, max_tokens: int) -> dict:
     }
 
 
+async def timed(session, sessions: int) -> tuple[int, float]:
+    """`sessions` of `session(i, http)` at once on one client: their tokens, and the seconds they took."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=sessions * 2)) as http:
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(session(i, http) for i in range(sessions)))
+        return sum(counts), time.perf_counter() - started
+
+
 async def direct_side(url: str, keys: list[str], model: str, args) -> tuple[int, float, list[float]]:
     """Sessions straight to the engine, each under its own engine session; (tokens, seconds, latencies)."""
-    import httpx
 
     latencies: list[float] = []
 
@@ -73,15 +82,11 @@ async def direct_side(url: str, keys: list[str], model: str, args) -> tuple[int,
             tokens += answer.raise_for_status().json()["usage"]["completion_tokens"]
         return tokens
 
-    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=args.sessions * 2)) as http:
-        started = time.perf_counter()
-        counts = await asyncio.gather(*(session(i, http) for i in range(args.sessions)))
-        seconds = time.perf_counter() - started
-    return sum(counts), seconds, latencies
+    tokens, seconds = await timed(session, args.sessions)
+    return tokens, seconds, latencies
 
 
 async def serve_side(front_url: str, model: str, args) -> tuple[int, float, list[float]]:
-    import httpx
 
     latencies: list[float] = []
 
@@ -106,11 +111,8 @@ async def serve_side(front_url: str, model: str, args) -> tuple[int, float, list
         await http.post(f"{front_url}/sessions/{opened['session_id']}/end")
         return tokens
 
-    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=args.sessions * 2)) as http:
-        started = time.perf_counter()
-        counts = await asyncio.gather(*(session(i, http) for i in range(args.sessions)))
-        seconds = time.perf_counter() - started
-    return sum(counts), seconds, latencies
+    tokens, seconds = await timed(session, args.sessions)
+    return tokens, seconds, latencies
 
 
 def client_main(spec: dict) -> None:
