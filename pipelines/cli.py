@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from operators.rollout.plugins import PluginError
+from pipelines.control.native_stderr import native_notices_filtered
 from pipelines.control.runtime import InputsPhase, reading_inputs
 from schemas.errors import InputError
 from schemas.secrets import mask_text
@@ -76,9 +77,9 @@ def run_cli(command: Callable[[], int], verbose: bool) -> int:
     `REFUSALS` are bad input wherever raised. An OSError or UnicodeError is bad input while the command is
     still reading its inputs (`runtime.InputsPhase`: until `init_ray`, since Ray starts only once every input
     has been checked). After that it is the run's failure and goes up unchanged. With `verbose` the traceback
-    is printed too.
+    is printed too. Unless `verbose`, known native notices are kept off the console (`native_stderr`).
     """
-    with reading_inputs():
+    with reading_inputs(), native_notices_filtered(active=not verbose):
         try:
             return command()
         except REFUSALS as exc:

@@ -7,6 +7,7 @@ under Ray Data LLM) runs with exactly these settings.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from operators.engine.vllm_plugin import BUSY_WAIT_ENV
@@ -61,6 +62,8 @@ def engine_args(cfg: RolloutModelConfig, gpu: bool, lora: LoraConfig | None = No
         "seed": cfg.seed,
         "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "disable_log_stats": True,
+        # vLLM's "Loading safetensors checkpoint shards" bar goes with its INFO lines (`-v`), not with ERROR
+        "use_tqdm_on_load": os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() in ("DEBUG", "INFO"),
         **extra,
     }
     if not cfg.json_whitespace:

@@ -22,6 +22,9 @@ RAY_DATA_LOGGING = Path(__file__).with_name("ray_data_logging.yaml")  # Ray Data
 QUIET_ENV = {
     "RAY_DATA_LOGGING_CONFIG": str(RAY_DATA_LOGGING),
     "TORCH_CPP_LOG_LEVEL": "ERROR",  # torch's C++ warnings, e.g. vLLM's CPU worker's NUMA binding notice
+    # torch's custom-op registration warns, in every engine process, that Triton is absent (the CPU install
+    # removes it: it has no CPU backend); torch applies TORCH_LOGS when it is imported
+    "TORCH_LOGS": "-torch._library",
 }
 VERBOSE_ENV = {"VLLM_LOGGING_LEVEL": "INFO"}
 QUIET_VLLM_LEVEL = "ERROR"  # what the engines log at unless VLLM_LOGGING_LEVEL says otherwise

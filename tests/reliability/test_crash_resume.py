@@ -66,6 +66,9 @@ CONSOLE_NOISE = (  # what a default run printed before the console was quieted (
     "Progress bars disabled",  # Ray Data's warning
     "Token authentication is enabled",  # Ray's notice
     "NUMA binding",  # torch's C++ warning in vLLM's CPU worker
+    "constructor arguments in the object store",  # Ray's core_worker.cc error for every Ray Data actor pool
+    "Triton",  # vLLM's "Triton is installed, but doesn't include CPU backend", torch's "Triton not available"
+    "Loading safetensors",  # vLLM's loading bar
 )
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from pipelines.control import console
 
-KNOBS = ("RAY_DATA_LOGGING_CONFIG", "TORCH_CPP_LOG_LEVEL", "VLLM_LOGGING_LEVEL")
+KNOBS = ("RAY_DATA_LOGGING_CONFIG", "TORCH_CPP_LOG_LEVEL", "TORCH_LOGS", "VLLM_LOGGING_LEVEL")
 
 
 @pytest.fixture
@@ -35,6 +35,7 @@ def test_quiet_defaults_reach_the_driver_and_the_workers(clean_env):
     env = console.worker_env(verbose=False)
     assert env["worker_process_setup_hook"] == "pipelines.control.console.quiet_worker"
     assert env["env_vars"]["TORCH_CPP_LOG_LEVEL"] == "ERROR"
+    assert env["env_vars"]["TORCH_LOGS"] == "-torch._library"  # torch's "Triton not available" warning
     assert "VLLM_LOGGING_LEVEL" not in env["env_vars"]  # the engines' own default (ERROR) applies
     ray_data = yaml.safe_load(Path(env["env_vars"]["RAY_DATA_LOGGING_CONFIG"]).read_text())
     assert ray_data["handlers"]["console"]["level"] == "ERROR"  # Ray Data's INFO and WARNING lines: file only
