@@ -13,8 +13,13 @@ after engines-ready.
 
 `--curriculum` also runs, in the same round, the same steps over two tasksets (the bundled graded arithmetic
 under `difficulty_based`, the arithmetic taskset under `shuffle`), each step's tasks drawn by the driver as
-the feedback they depend on commits, and prints its warm rate against the single taskset's as the last line:
+the feedback they depend on commits, and prints its warm rate against the single one's, before the CPU line:
 `curriculum: ratio=X.XX (target >= 0.95)` (#44).
+
+Each round also prints the CPU milliseconds per task of each process role (the driver, the step gate, the
+forwarders, the engine actor, vLLM's engine core, Ray's own processes) on both sides, over each side's timed
+window, and the pipeline's own: its total less the direct side's. The last line is
+`pipeline_cpu: ms_per_task=X.XX (target <= half of the figure before #46)` (medians of the rounds).
 
 A fresh engine's speed varies by up to 13% from one instance to the next on a 2-core machine (measured: four
 direct runs of the same tasks in one process), more than the gaps the targets are about. `--rounds N` runs N
@@ -40,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from common import bench_config, first_tasks, in_process_engine, parser, start_fleet
+from process_cpu import TreeCpu  # a sibling module: CPU seconds by process role
 
 
 def parse_args() -> argparse.Namespace:
@@ -93,8 +99,19 @@ def throughput_config(args: argparse.Namespace):
     return bench_config(args, "monitor.sample_rollouts=0")
 
 
-async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
-    """Requests straight into an in-process AsyncLLM, with as many in flight as the pipeline allows."""
+CPU_BEFORE_MS = 1.10  # the pipeline's own CPU ms per task before #46 (docs/PERFORMANCE.md, 2026-12-07)
+CPU_SAMPLE_S = 1.0  # the CPU sampler's period; each side's window is bounded by samples of its own
+
+
+def cpu_in_window(cpu: TreeCpu, before: dict[str, float]) -> dict[str, float]:
+    """CPU seconds by role since the `before` sample."""
+    after = cpu.now()
+    return {role: seconds - before.get(role, 0.0) for role, seconds in after.items()}
+
+
+async def direct(cfg, tasks, in_flight: int) -> tuple[int, float, dict[str, float]]:
+    """Requests straight into an in-process AsyncLLM, with as many in flight as the pipeline allows; also
+    the CPU seconds each process role spent in the timed window."""
     from operators.engine.client import sampling_params
     from operators.engine.seeds import derive_seed
     from operators.workflows.single_turn import task_messages
@@ -115,12 +132,15 @@ async def direct(cfg, tasks, in_flight: int) -> tuple[int, float]:
             async with gate:
                 return await engine.generate(prompt, sampling)
 
-        started = time.perf_counter()
+        cpu = TreeCpu(CPU_SAMPLE_S).start()
+        before, started = cpu.now(), time.perf_counter()
         outs = await asyncio.gather(*(one(p, s) for p, s in zip(prompts, params, strict=True)))
         seconds = time.perf_counter() - started
+        cpu_s = cpu_in_window(cpu, before)
+        cpu.stop()
     finally:
         await engine.shutdown()
-    return sum(len(s["response_ids"]) for o in outs for s in o["samples"]), seconds
+    return sum(len(s["response_ids"]) for o in outs for s in o["samples"]), seconds, cpu_s
 
 
 @dataclass
@@ -164,18 +184,22 @@ class PipelineTimes:
     first_commit: float  # from the clock's start to step 1's commit
     engine_start: float  # from the call to engines-ready (0 with shared engines, started before the call)
     shutdown: float  # the explorer's shutdown after that (engines it started stopped), not timed above
+    cpu: dict[str, float]  # CPU seconds by process role from engines-ready until every step was committed
 
 
-async def run_explorer(explorer) -> tuple[float, float]:
-    """(wall-clock time every step was committed and the run closed, seconds its shutdown took)."""
+async def run_explorer(explorer, cpu: TreeCpu) -> tuple[float, float, dict[str, float]]:
+    """(wall-clock time every step was committed and the run closed, seconds its shutdown took, CPU
+    seconds by role from the engines ready to then)."""
     try:
         await explorer.prepare()
+        before = cpu.now()
         await explorer.explore()
         done = time.time()
+        cpu_s = cpu_in_window(cpu, before)
     finally:
         closing = time.perf_counter()
         await explorer.shutdown()
-    return done, time.perf_counter() - closing
+    return done, time.perf_counter() - closing, cpu_s
 
 
 def pipeline(cfg, run_dir: Path, shared: bool) -> PipelineTimes:
@@ -185,16 +209,40 @@ def pipeline(cfg, run_dir: Path, shared: bool) -> PipelineTimes:
 
     init_ray(cfg.ray)
     engines = start_fleet(cfg, "bench") if shared else None  # ready, so warm (`VLLMEngine.warm_up`)
+    cpu = TreeCpu(CPU_SAMPLE_S).start()
     try:
         explorer = Explorer(cfg, run_dir, progress=False, engines=engines)
         called = time.time()
-        done, shutdown = asyncio.run(run_explorer(explorer))
+        done, shutdown, cpu_s = asyncio.run(run_explorer(explorer, cpu))
     finally:
+        cpu.stop()
         if engines is not None:
             engines.stop()
     clock = called if shared else explorer.fleet.ready_at
     run = read_run(explorer.run_dir, explorer.tracking_uri, explorer.state.mlflow_run_id)
-    return PipelineTimes(run, done - clock, run.first_commit - clock, clock - called, shutdown)
+    return PipelineTimes(run, done - clock, run.first_commit - clock, clock - called, shutdown, cpu_s)
+
+
+def cpu_table(direct_cpu: dict[str, float], pipe_cpu: dict[str, float], tasks: int) -> dict[str, Any]:
+    """CPU milliseconds per task by process role on each side, and the pipeline's own: its total less the
+    direct side's (the same requests, the same engine work)."""
+    per_task = {
+        role: {
+            "direct": round(1000 * direct_cpu.get(role, 0.0) / tasks, 3),
+            "pipeline": round(1000 * pipe_cpu.get(role, 0.0) / tasks, 3),
+        }
+        for role in sorted({*direct_cpu, *pipe_cpu})
+    }
+    own = 1000 * (sum(pipe_cpu.values()) - sum(direct_cpu.values())) / tasks
+    return {"cpu_ms_per_task_by_role": per_task, "pipeline_cpu_ms_per_task": round(own, 3)}
+
+
+def print_cpu_table(table: dict[str, Any]) -> None:
+    print(f"{'CPU ms per task':<46} {'direct':>8} {'pipeline':>9}")
+    for role, sides in table["cpu_ms_per_task_by_role"].items():
+        print(f"  {role:<44} {sides['direct']:>8.3f} {sides['pipeline']:>9.3f}")
+    own = "the pipeline's own (its total less direct)"
+    print(f"  {own:<44} {'':>8} {table['pipeline_cpu_ms_per_task']:>9.3f}")
 
 
 def one_round(args: argparse.Namespace, cfg, tasks) -> dict[str, Any]:
@@ -203,7 +251,7 @@ def one_round(args: argparse.Namespace, cfg, tasks) -> dict[str, Any]:
     import ray  # heavy, deferred: as the other imports of the sides
 
     in_flight = cfg.explorer.runner_per_model * cfg.buffer.batch_size * cfg.explorer.rollout_model.engine_num
-    direct_tokens, direct_s = asyncio.run(direct(cfg, tasks, in_flight))
+    direct_tokens, direct_s, direct_cpu = asyncio.run(direct(cfg, tasks, in_flight))
     curriculum = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -236,12 +284,14 @@ def one_round(args: argparse.Namespace, cfg, tasks) -> dict[str, Any]:
         "first_commit_s": round(first_commit, 2),
         "pipeline_engine_start_s": round(times.engine_start, 2),
         "pipeline_shutdown_s": round(times.shutdown, 2),
+        **cpu_table(direct_cpu, times.cpu, len(tasks)),
     }
     if curriculum is not None:
         rate = curriculum.run.warm_tokens / curriculum.run.warm_seconds
         result["curriculum_warm_tokens_per_s"] = round(rate, 1)
         result["ratio_curriculum"] = round(rate / warm_rate, 3)
     print(json.dumps(result, indent=2), flush=True)
+    print_cpu_table(result)
     return result
 
 
@@ -260,9 +310,14 @@ def main() -> None:
         f"{end_to_end:.2f}, target >= 0.95 with the 113M model; first commit {first_commit:.1f} s (<= 5); "
         f"{median}clock from {rounds[0]['clock_starts_at']})"
     )
+    cpu_ms = statistics.median(r["pipeline_cpu_ms_per_task"] for r in rounds)
     if args.curriculum:
         ratio = statistics.median(r["ratio_curriculum"] for r in rounds)
         print(f"curriculum: ratio={ratio:.2f} (target >= 0.95)")
+    print(
+        f"pipeline_cpu: ms_per_task={cpu_ms:.2f} (target <= {CPU_BEFORE_MS / 2:.2f}, half of the "
+        f"{CPU_BEFORE_MS:.2f} measured before #46; {median}all roles less the direct side's)"
+    )
 
 
 if __name__ == "__main__":

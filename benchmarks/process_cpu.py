@@ -15,11 +15,17 @@ import psutil
 
 # The first prefix that a process's command line starts with (Ray sets `ray::<Actor or task>` as the title).
 GATE = "step gate"
+FORWARDERS = "forwarders (rollout operator, sink writing)"
+ENGINE_ACTOR = "engine actor (Ray calls, vLLM's front end)"
+ENGINE_CORE = "vLLM engine core (scheduler, worker)"
+OTHER_WORKERS = "other Ray workers (reads, idle)"
 ROLES = (
     ("ray::StepGate", GATE),
-    ("ray::MapWorker", "forwarders (rollout operator, sink writing)"),
+    ("ray::MapWorker", FORWARDERS),
     ("ray::StandInEngine", "stand-in engines"),
-    ("ray::", "other Ray workers (reads, idle)"),
+    ("ray::VLLMEngine", ENGINE_ACTOR),
+    ("VLLM::", ENGINE_CORE),  # the process vLLM starts for its engine core (under the actor, or a driver)
+    ("ray::", OTHER_WORKERS),
 )
 DRIVER = "driver"
 RAY_SYSTEM = "Ray system (GCS, raylet, agents)"
@@ -32,6 +38,19 @@ def role_of(process: psutil.Process, driver_pid: int) -> str:
     return next((role for prefix, role in ROLES if title.startswith(prefix)), RAY_SYSTEM)
 
 
+def roles_of(processes: list[psutil.Process], driver_pid: int, known: dict[int, str]) -> dict[int, str]:
+    """Each process's role, from `known` where it was settled: a Ray worker starts idle and takes its
+    actor's title later, so only the generic roles are read again (reading every title each sample cost
+    the driver, which is itself measured, a few percent of a core)."""
+    for process in processes:
+        if known.get(process.pid) in (None, OTHER_WORKERS, RAY_SYSTEM):
+            try:
+                known[process.pid] = role_of(process, driver_pid)
+            except psutil.Error:  # ended meanwhile
+                continue
+    return known
+
+
 class TreeCpu:
     """Samples the CPU times of the driver's process tree every `interval` seconds until `stop()`; a process
     that ends between samples is counted up to its last sample. `between()` gives a window's share."""
@@ -42,6 +61,8 @@ class TreeCpu:
         self.baseline: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}  # pid -> (role, CPU seconds at the last sample)
         self.history: list[tuple[float, dict[str, float]]] = []  # (time.time(), CPU seconds by role so far)
+        self.roles: dict[int, str] = {}
+        self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="benchmark-cpu", daemon=True)
 
@@ -52,11 +73,13 @@ class TreeCpu:
 
     def sample(self) -> dict[int, tuple[str, float]]:
         seen = {}
-        for process in [self.driver, *self.driver.children(recursive=True)]:
+        processes = [self.driver, *self.driver.children(recursive=True)]
+        roles = roles_of(processes, self.driver.pid, self.roles)
+        for process in processes:
             try:
                 times = process.cpu_times()
-                seen[process.pid] = (role_of(process, self.driver.pid), times.user + times.system)
-            except psutil.Error:  # ended meanwhile: its last sample stands
+                seen[process.pid] = (roles[process.pid], times.user + times.system)
+            except (psutil.Error, KeyError):  # ended meanwhile: its last sample stands
                 continue
         return seen
 
@@ -65,11 +88,17 @@ class TreeCpu:
             self.record()
 
     def record(self) -> None:
-        self.last.update(self.sample())
-        by_role: dict[str, float] = {}
-        for pid, (role, cpu) in self.last.items():
-            by_role[role] = by_role.get(role, 0.0) + cpu - self.baseline.get(pid, 0.0)
-        self.history.append((time.time(), by_role))
+        with self.lock:  # the sampling thread and `now()` both record
+            self.last.update(self.sample())
+            by_role: dict[str, float] = {}
+            for pid, (role, cpu) in self.last.items():
+                by_role[role] = by_role.get(role, 0.0) + cpu - self.baseline.get(pid, 0.0)
+            self.history.append((time.time(), by_role))
+
+    def now(self) -> dict[str, float]:
+        """CPU seconds by role since `start()`, sampled now: two of these bound a window exactly."""
+        self.record()
+        return self.history[-1][1]
 
     def stop(self) -> dict[str, float]:
         """CPU seconds by role since `start()`."""

@@ -16,7 +16,6 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import asdict
 from typing import Any
 
 from operators.engine.adapter_swaps import AdapterSwaps
@@ -252,7 +251,7 @@ class VLLMEngine(ServesCallBatches, WeightSwaps, AdapterSwaps):
         prompt = self.prompts.turn(messages, history)
         room = min(self.max_model_len, budget or self.max_model_len) - len(prompt)
         if room < 1:
-            return asdict(Generation(prompt, "", self.model_version, []))
+            return Generation(prompt, "", self.model_version, []).as_dict()
         sampling = {**sampling, "max_tokens": min(int(sampling.get("max_tokens") or 16), room)}
         return await self.generate(prompt, sampling, limit=self.max_model_len - 1)
 
@@ -274,7 +273,7 @@ class VLLMEngine(ServesCallBatches, WeightSwaps, AdapterSwaps):
             )
         samples = [d.sample(self.sample_text(d)) for d in drafts]
         oldest = min((v for d in drafts for v in d.versions), default=version)
-        return asdict(Generation(list(prompt_ids), self.tokenizer.decode(prompt_ids), oldest, samples))
+        return Generation(list(prompt_ids), self.tokenizer.decode(prompt_ids), oldest, samples).as_dict()
 
     def sample_text(self, draft: Draft) -> str | None:
         """A continued sample's text, decoded from all its ids at once (its pieces' texts may split a

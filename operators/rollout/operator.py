@@ -27,6 +27,7 @@ from operators.engine.client import EngineClient
 from operators.ops.stage import ExperienceOps
 from operators.rollout.over_rollout import DEFERRED, SKIPPED, OverRollout
 from operators.rollout.plugins import load_plugins
+from operators.rollout.reward_registry import warm_up_rewards
 from operators.rollout.runner import SubRun, WorkflowRunner, dynamic_runner_timeout, split_task
 from operators.sinks.parquet import write_fragments
 from schemas.config import Config
@@ -95,6 +96,7 @@ class RolloutOperator:
 
         for plugin_dir in stage.plugin_dirs:  # users' workflows must be registered in this worker too
             load_plugins(Path(plugin_dir))
+        warm_up_rewards()  # while the engines load, not in the first step
         clients = [EngineClient.named(name, stage.restart_timeout) for name in stage.engine_names]
         dynamic = dynamic_runner_timeout(stage.dynamic_timeout)
         runner = WorkflowRunner(stage.max_timeout, stage.max_retry_times, dynamic=dynamic)

@@ -62,6 +62,12 @@ def answers_match(candidate: str, truth: str) -> bool:
     return bool(gold and guess and verify(gold, guess, timeout_seconds=None))
 
 
+@reward_registry.register_warm_up
+def import_math_verify() -> None:
+    """`answers_match`'s deferred import, made ahead (`warm_up_rewards`)."""
+    import math_verify  # noqa: F401  (heavy, deferred: see answers_match)
+
+
 def final_answer(truth: str) -> str:
     """The answer in a truth that is a worked solution: GSM8K's `… #### 1,234` (thousands commas dropped), or
     the last `\\boxed{}`; any other truth is the answer itself."""
