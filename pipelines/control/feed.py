@@ -46,7 +46,11 @@ class Feeder:
 
     def __init__(self, tasks: ScheduledTasks):
         self.tasks = tasks
-        self.picked: dict[str, Pick] = {}  # task uid -> its pick, until its step's feedback is given
+        # step -> task uid -> its pick, until that step's feedback is given. A task's feedback counts only
+        # from the step it was drawn for: over-rollout's `recycle` moves a cut task on to the next step, and
+        # a crash loses such a task (it is not run again), so an uninterrupted run must do without its
+        # feedback too, or a resumed run would draw differently from it.
+        self.picked: dict[int, dict[str, Pick]] = {}
 
     @property
     def scheduler(self):
@@ -59,13 +63,13 @@ class Feeder:
             self.scheduler.load_state_dict(saved)
         for step in range(self.scheduler.next_step, latest_step + 1):
             self.draw(step)
-            self.scheduler.feedback(step, task_feedback(sink.read_step(step), self.picked))
+            self.scheduler.feedback(step, task_feedback(sink.read_step(step), self.picked.pop(step, {})))
             self.scheduler.figures.pop(step, None)
         return self.scheduler.checkpoint(latest_step) if latest_step else None
 
     def draw(self, step: int) -> pa.Table:
         table, picks = self.tasks.step_table(step)
-        self.picked.update(zip(table.column("task_uid").to_pylist(), picks, strict=True))
+        self.picked[step] = dict(zip(table.column("task_uid").to_pylist(), picks, strict=True))
         return table
 
     def feed(self, gate: Any, upto: int, committed: int) -> int:
@@ -81,7 +85,7 @@ class Feeder:
 
     def committed(self, step: int, experiences: pa.Table) -> tuple[dict[str, Any], dict[str, float]]:
         """Give committed step `step`'s feedback; its checkpoint to save, and its selectors' figures."""
-        self.scheduler.feedback(step, task_feedback(experiences, self.picked))
+        self.scheduler.feedback(step, task_feedback(experiences, self.picked.pop(step, {})))
         figures = {}
         for key, value in self.scheduler.figures.pop(step, {}).items():
             index, _, name = key.partition("/")

@@ -245,3 +245,25 @@ def test_a_changed_selector_is_an_identity_change_on_resume(tmp_path):
     check_resume(config(tmp_path), run_dir)  # the same config resumes
     with pytest.raises(InputError, match="buffer.explorer_input.tasksets"):
         check_resume(config(tmp_path, setting(0, "data_selector.seed", 1)), run_dir)
+
+
+def test_a_recycled_tasks_feedback_is_not_applied_as_a_crash_would_lose_it(tmp_path):
+    """Over-rollout's `recycle` moves a cut task on to the next step; a crash loses it (it is not run
+    again), so an uninterrupted run does without its feedback too, and a resumed one draws the same."""
+    feeder = Feeder(plan_training(config(tmp_path))[1])
+    first, second = feeder.draw(1), feeder.draw(2)
+    moved = first.column("task_uid")[0].as_py()  # cut in step 1, committed with step 2
+    experiences = made_up_experiences(first)
+    stays = experiences.filter(pa.compute.not_equal(experiences.column("task_uid"), moved))
+    feeder.committed(1, stays)
+    later = pa.concat_tables(
+        [
+            made_up_experiences(second),
+            experiences.filter(pa.compute.equal(experiences.column("task_uid"), moved)),
+        ]
+    )
+    feeder.committed(2, later)
+    given = feeder.scheduler.history
+    counted = sum(len(rows) for step in (1, 2) for rows, _ in given[step].values())
+    assert counted == first.num_rows - 1 + second.num_rows  # every task once, but the moved one
+    assert feeder.picked == {}  # nothing left waiting for feedback
