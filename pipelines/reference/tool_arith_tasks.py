@@ -4,6 +4,10 @@ Every row is two-digit times two-digit (`What is 47 * 83?`), a kind the arithmet
 the tool model's direct answers are mostly wrong while a `<calc>` call gets them right: the `tool_math`
 reward then depends on the decision to call the calculator. The rows are drawn by `arith_tasks.generate` and
 split by the same prompt hash, so train and eval never share a prompt.
+
+`train_4digit` is the train rows whose product has four digits. The function-calling demo trains on it:
+tiny-fc-llama copies a tool result into its answer by position and gets the three-digit ones wrong, so on
+those rows no policy the loop can reach scores, and they would only cap what the demo can show.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ def generate(n: int, seed: int, split: str | None = None) -> list[dict]:
 
 def bundled_splits() -> dict[str, list[dict]]:
     """The exact rows of the shipped train/eval files (tests compare the files against this)."""
+    train = generate(TRAIN_SIZE, TRAIN_SEED, split="train")
     return {
-        "train": generate(TRAIN_SIZE, TRAIN_SEED, split="train"),
+        "train": train,
+        "train_4digit": [row for row in train if len(row["answer"]) == 4],
         "eval": generate(EVAL_SIZE, EVAL_SEED, split="eval"),
     }
 
@@ -33,8 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     arith_tasks.write_splits_cli(
         argv,
         "python -m pipelines.tool_arith_tasks",
-        "Write the bundled tool_arith tasksets (train.jsonl and eval.jsonl: two-digit times two-digit "
-        "products, rows with 'prompt' and 'answer'). Deterministic; train and eval prompts never overlap.",
+        "Write the bundled tool_arith tasksets (train.jsonl, its four-digit products train_4digit.jsonl, "
+        "and eval.jsonl: two-digit times two-digit products, rows with 'prompt' and 'answer'). "
+        "Deterministic; train and eval prompts never overlap.",
         ASSETS_DIR,
         bundled_splits,
     )

@@ -64,6 +64,8 @@ def test_tool_arith_generator_is_deterministic_and_the_bundled_files_match() -> 
         assert arith_tasks.read_jsonl(tool_arith_tasks.ASSETS_DIR / f"{name}.jsonl") == bundled
     assert len(expected["train"]) == tool_arith_tasks.TRAIN_SIZE
     assert len(expected["eval"]) == tool_arith_tasks.EVAL_SIZE
+    four = expected["train_4digit"]
+    assert four == [r for r in expected["train"] if int(r["answer"]) >= 1000] and len(four) > 1500
     assert not {r["prompt"] for r in expected["train"]} & {r["prompt"] for r in expected["eval"]}
 
 
