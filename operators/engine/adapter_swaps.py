@@ -37,12 +37,15 @@ def stage_adapter(state: dict[str, Any] | list[Any], config: dict[str, Any], nam
 
 
 class AdapterSwaps:
-    """The adapter loads of `VLLMEngine`, which provides `llm`, `_swap` and `model_version`; `adapter` is the
-    `LoRARequest` every request samples with (None: the base model)."""
+    """The adapter loads of `VLLMEngine`, which provides `llm`, `_swap`, `model_version` and `server` (its
+    OpenAI endpoint or None); `adapter` is the `LoRARequest` every request samples with (None: the base
+    model). Each loaded version is also listed in the endpoint's model registry under its own name."""
 
     adapter: Any = None
-    # (version, lora id, staged folder to remove when unloaded or None) of each loaded version, oldest first
-    adapters_loaded: list[tuple[int, int, Path | None]]
+    server: Any = None
+    # (version, its LoRARequest, staged folder to remove when unloaded or None) of each loaded version,
+    # oldest first
+    adapters_loaded: list[tuple[int, Any, Path | None]]
     # the base model's probe scores by probe sequence, until the base weights change (`WeightSwaps._swap`)
     base_scores: dict[tuple[int, ...], list[float]]
 
@@ -104,9 +107,10 @@ class AdapterSwaps:
             raise
         earlier = [e for e in self.adapters_loaded if e[0] == version]  # a version loaded again (a roll-back)
         folder = folder or (earlier[0][2] if earlier else None)
-        self.adapters_loaded = [e for e in self.adapters_loaded if e[0] != version] + [
-            (version, version + 1, folder)
-        ]
+        kept = [e for e in self.adapters_loaded if e[0] != version]
+        self.adapters_loaded = [*kept, (version, lora, folder)]
+        if self.server is not None:
+            self.server.list_adapter(lora)
         await self.unload_beyond(keep)
         return {**result, **report}
 
@@ -136,8 +140,10 @@ class AdapterSwaps:
     async def unload_beyond(self, keep: int) -> list[int]:
         """Unload all but the newest `keep` versions (the current one always stays); their versions."""
         old, self.adapters_loaded = self.adapters_loaded[:-keep], self.adapters_loaded[-keep:]
-        for _, lora_id, folder in old:
-            await self.llm.remove_lora(lora_id)
+        for _, lora, folder in old:
+            if self.server is not None:
+                self.server.unlist_adapter(lora.lora_name)
+            await self.llm.remove_lora(lora.lora_int_id)
             if folder is not None:
                 shutil.rmtree(folder.parent, ignore_errors=True)
         return [v for v, _, _ in old]

@@ -34,14 +34,28 @@ SHUTDOWN_S = 5.0
 
 @dataclass
 class OpenAIServer:
-    """A running endpoint: its base URL (`http://host:port/v1`), the uvicorn server to stop, and the path
-    templates of vLLM's app (the route tables' test reads them)."""
+    """A running endpoint: its base URL (`http://host:port/v1`), the uvicorn server to stop, the path
+    templates of vLLM's app (the route tables' test reads them), and the app's model registry (vLLM's
+    `OpenAIServingModels`), where each loaded adapter version is listed under its own name."""
 
     url: str
     served_model: str
     server: Any
     task: asyncio.Task
     routes: list[str]
+    models: Any = None
+
+    def list_adapter(self, lora: Any) -> None:
+        """Serve `lora` (a `LoRARequest`) under its own name too: `/v1/models` lists it and a request naming
+        it samples with that version, whichever is current. The registry is the one vLLM's own runtime
+        adapter route writes, which stays refused (`routes.py`): only the engine's loads reach it."""
+        if self.models is not None:
+            self.models.lora_requests[lora.lora_name] = lora
+
+    def unlist_adapter(self, name: str) -> None:
+        """Stop serving an unloaded version's name (a request naming it then gets vLLM's 404)."""
+        if self.models is not None:
+            self.models.lora_requests.pop(name, None)
 
     async def stop(self) -> None:
         self.server.should_exit = True
@@ -115,7 +129,9 @@ async def start_server(
         root.setLevel(level)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     host, bound = sock.getsockname()[:2]
-    return OpenAIServer(f"http://{reachable(host)}:{bound}/v1", served_model, server, task, routes)
+    url = f"http://{reachable(host)}:{bound}/v1"
+    models = getattr(app.state, "openai_serving_models", None)
+    return OpenAIServer(url, served_model, server, task, routes, models)
 
 
 def reachable(host: str) -> str:

@@ -13,7 +13,8 @@ sets, which the streaming response's task inherits), it
 
 Every request the app makes under the run's one model name samples with the engine's current LoRA adapter,
 when the run has one: the gate admitted it, so no swap runs until it finishes, and the adapter read here is
-the one of the version stamped at admission.
+the one of the version stamped at admission. A request naming a loaded version (`lora-v3`, as `/v1/models`
+lists them) samples with that one, and its record carries that version's number.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class RecordingLLM:
         from vllm import SamplingParams  # heavy, deferred: engine process only
         from vllm.sampling_params import RequestOutputKind  # heavy, deferred: as above
 
-        if kwargs.get("lora_request") is None:
+        named = kwargs.get("lora_request")
+        if named is None:
             kwargs["lora_request"] = self.adapter()
         recording = RECORDING.get()
         if recording is None or not isinstance(sampling_params, SamplingParams):
@@ -117,6 +119,8 @@ class RecordingLLM:
         params, wanted = prepared(sampling_params, recording, prompt)
         delta = params.output_kind == RequestOutputKind.DELTA
         call = recording.next_call()
+        if named is not None:  # version N is loaded with lora id N + 1 (`AdapterSwaps`)
+            call.model_version = named.lora_int_id - 1
         try:
             async for output in self.llm.generate(prompt, params, *args, **kwargs):
                 take(call, output, delta)

@@ -96,20 +96,35 @@ def test_requests_sample_under_the_loaded_adapter_and_match_peft(loop, lora_engi
     assert distance(before["samples"][0]["logprobs"], expected) > 1e-2
 
 
+def endpoint(loop, engine, path: str, body: dict | None = None, key: str | None = None) -> httpx.Response:
+    """One call of the engine's OpenAI API (a GET without a body), under its API key or `key`."""
+    url, _, api_key = engine.openai_endpoint()
+
+    async def call() -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key or api_key}"}
+        async with httpx.AsyncClient(timeout=60, headers=headers) as client:
+            if body is None:
+                return await client.get(f"{url}{path}")
+            return await client.post(f"{url}{path}", json=body)
+
+    return loop.run_until_complete(call())
+
+
+def endpoint_scores(loop, engine, model: str, probe: Probe, key: str | None = None) -> list[float]:
+    """The probe's prompt logprobs through `/v1/completions`, the request naming `model`."""
+    body = {"model": model, "prompt": probe.token_ids, "max_tokens": 1, "temperature": 0.0}
+    body["prompt_logprobs"] = 0
+    reply = endpoint(loop, engine, "/completions", body, key)
+    reply.raise_for_status()
+    steps = reply.json()["choices"][0]["prompt_logprobs"][1:]
+    return [step[str(tok)]["logprob"] for step, tok in zip(steps, probe.token_ids[1:], strict=True)]
+
+
 def test_the_openai_endpoint_samples_under_the_current_adapter(loop, lora_engine, adapters):
     load(loop, lora_engine, adapters[0], 1)
-    url, model, key = lora_engine.openai_endpoint()
+    _, model, _ = lora_engine.openai_endpoint()
     probe = Probe.load(adapters[0])
-
-    async def call() -> list[float]:
-        body = {"model": model, "prompt": probe.token_ids, "max_tokens": 1, "temperature": 0.0}
-        async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
-            reply = await client.post(f"{url}/completions", json={**body, "prompt_logprobs": 0})
-        reply.raise_for_status()
-        steps = reply.json()["choices"][0]["prompt_logprobs"][1:]
-        return [step[str(tok)]["logprob"] for step, tok in zip(steps, probe.token_ids[1:], strict=True)]
-
-    assert distance(loop.run_until_complete(call()), probe.logprobs) <= 1e-3
+    assert distance(endpoint_scores(loop, lora_engine, model, probe), probe.logprobs) <= 1e-3
 
 
 def test_versions_load_under_their_own_names_and_old_ones_are_unloaded(loop, lora_engine, adapters):
@@ -171,3 +186,28 @@ def test_adapter_logprobs_match_the_engine_on_the_merged_weights(loop, lora_engi
         loop.run_until_complete(lora_engine.load_checkpoint(str(TOOL_MODEL), 7))
     assert distance(under_adapter, on_merged) <= 1e-3 < distance(base, on_merged)
     assert distance(loop.run_until_complete(lora_engine.probe_logprobs(ids, None)), base) == 0.0
+
+
+def test_each_loaded_version_is_listed_and_a_call_naming_one_samples_and_records_that_one(
+    loop, lora_engine, adapters
+):
+    load(loop, lora_engine, adapters[0], 8, keep=2)
+    load(loop, lora_engine, adapters[1], 9, keep=2)
+    _, model, _ = lora_engine.openai_endpoint()
+    listed = {card["id"] for card in endpoint(loop, lora_engine, "/models").json()["data"]}
+    assert {model, "lora-v8", "lora-v9"} <= listed
+    older, current = Probe.load(adapters[0]), Probe.load(adapters[1])
+    # the run's model name samples with the current version; a version's own name, with that version
+    assert distance(endpoint_scores(loop, lora_engine, model, current), current.logprobs) <= 1e-3
+    assert distance(endpoint_scores(loop, lora_engine, "lora-v8", older), older.logprobs) <= 1e-3
+    # an agent's call naming the older version is recorded as sampled by it
+    session = lora_engine.open_session(8, 10_000, 30.0, 0, ["named version", 0])
+    endpoint_scores(loop, lora_engine, "lora-v8", older, key=session)
+    [call] = lora_engine.collect_session(session)["calls"]
+    assert call["model_version"] == 8 and lora_engine.model_version == 9
+    # unloaded versions leave the registry: naming one is vLLM's 404
+    load(loop, lora_engine, adapters[2], 10, keep=1)
+    listed = {card["id"] for card in endpoint(loop, lora_engine, "/models").json()["data"]}
+    assert "lora-v10" in listed and not {"lora-v8", "lora-v9"} & listed
+    body = {"model": "lora-v8", "prompt": older.token_ids, "max_tokens": 1}
+    assert endpoint(loop, lora_engine, "/completions", body).status_code == 404
