@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from operators.engine.adapters import WEIGHTS_FILE, Probe, check_delivery
+from operators.engine.adapters import WEIGHTS_FILE, Probe, check_delivery, lora_id, lora_version
 
 
 def stage_adapter(state: dict[str, Any] | list[Any], config: dict[str, Any], name: str) -> Path:
@@ -78,14 +78,15 @@ class AdapterSwaps:
         from vllm.lora.request import LoRARequest  # heavy, deferred: only the engine process imports vLLM
 
         expected = Probe(**probe)
-        lora = LoRARequest(f"{name}-v{version}", version + 1, str(path))
+        lora = LoRARequest(f"{name}-v{version}", lora_id(version), str(path))
         folder = Path(path) if staged else None
         report: dict[str, float] = {}
 
         async def load() -> int:
             started = time.perf_counter()
-            if version + 1 in await self.llm.list_loras():  # a retried version: added afresh, as sent now
-                await self.llm.remove_lora(version + 1)
+            # a retried version: added afresh, as sent now
+            if lora.lora_int_id in await self.llm.list_loras():
+                await self.llm.remove_lora(lora.lora_int_id)
             if not await self.llm.add_lora(lora):
                 raise RuntimeError(f"vLLM refused adapter {lora.lora_name} from {path}")
             added = time.perf_counter()
@@ -93,7 +94,7 @@ class AdapterSwaps:
                 got = await self.probe_logprobs(expected.token_ids, lora)
                 report.update(check_delivery(lora.lora_name, expected, got, await self.base_probe(expected)))
             except Exception:  # a refused or failed probe: the old version stays current
-                await self.llm.remove_lora(version + 1)
+                await self.llm.remove_lora(lora.lora_int_id)
                 raise
             report.update(add_s=added - started, probe_s=time.perf_counter() - added)
             self.adapter = lora
@@ -151,7 +152,7 @@ class AdapterSwaps:
     async def loaded_adapters(self) -> list[int]:
         """The versions vLLM holds, oldest first (for tests and the fleet's checks)."""
         ids = await self.llm.list_loras()
-        return sorted(i - 1 for i in ids)
+        return sorted(lora_version(i) for i in ids)
 
     def current_adapter(self) -> str | None:
         """The name of the adapter requests sample with (None: the base model)."""

@@ -26,6 +26,16 @@ PROBE_MARGIN = 10.0  # the base model must be this many times further from the p
 ALL_LINEAR = "all-linear"
 
 
+def lora_id(version: int) -> int:
+    """vLLM's id for adapter version `version`: ids must be at least 1, and a run's versions start at 0."""
+    return version + 1
+
+
+def lora_version(lora_id: int) -> int:
+    """The adapter version loaded under vLLM's id `lora_id` (the inverse of `lora_id`)."""
+    return lora_id - 1
+
+
 class DeliveryError(RuntimeError):
     """An engine's scores under a new adapter are not the adapter's: the load failed."""
 

@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from operators.engine.adapters import lora_version
 from operators.engine.samples import choice_tokens
 from operators.engine.sessions import Session, SessionCall
 
@@ -119,8 +120,8 @@ class RecordingLLM:
         params, wanted = prepared(sampling_params, recording, prompt)
         delta = params.output_kind == RequestOutputKind.DELTA
         call = recording.next_call()
-        if named is not None:  # version N is loaded with lora id N + 1 (`AdapterSwaps`)
-            call.model_version = named.lora_int_id - 1
+        if named is not None:
+            call.model_version = lora_version(named.lora_int_id)
         try:
             async for output in self.llm.generate(prompt, params, *args, **kwargs):
                 take(call, output, delta)

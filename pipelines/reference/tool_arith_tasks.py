@@ -6,8 +6,8 @@ reward then depends on the decision to call the calculator. The rows are drawn b
 split by the same prompt hash, so train and eval never share a prompt.
 
 `train_4digit` is the train rows whose product has four digits. The function-calling demo trains on it:
-tiny-fc-llama copies a tool result into its answer by position and gets the three-digit ones wrong, so on
-those rows no policy the loop can reach scores, and they would only cap what the demo can show.
+tiny-fc-llama copies a tool result into its answer by position and gets most three-digit ones wrong even
+when it calls, so those rows reward the decision to call only now and then and mostly add noise.
 """
 
 from __future__ import annotations
