@@ -59,7 +59,7 @@ class WeightSwaps:
         """Reload every weight in place from a Hugging Face directory (already checked by the caller)."""
 
         async def load() -> int:
-            await self.llm.collective_rpc("reload_weights", timeout, kwargs={"weights_path": str(path)})
+            await self.llm.collective_rpc("rftflow_reload", timeout, args=(str(path),))
             return sum(p.stat().st_size for p in Path(path).glob("*.safetensors"))
 
         return await self._swap(version, load, preempt)

@@ -3,6 +3,12 @@
 vLLM mixes this class into its worker (`worker_extension_cls`), and the engine actor reaches these methods by
 `collective_rpc`. They exist because a plain `model.load_weights` after start fails on CPU (linear weights are
 repacked into kernel format) and because the broadcast group must live in the process that owns the model.
+
+Every load goes through vLLM's in-place `reload_weights` and then `repack_tied`: on CPU, vLLM keeps a packed
+copy of the LM head for its GEMM kernel, and when the head is tied to the input embeddings (most small models:
+Qwen2.5 up to 3B, Llama 3.2, the bundled tiny ones) the reload fills the shared tensor through the embeddings
+but never repacks the head ("ParallelLMHead: Failed to load weights"), so the engine would go on scoring with
+the old head while embedding with the new one: a policy that is neither version.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ from operators.engine.transfer import (
 class WeightWorker:
     """Methods vLLM adds to its worker class; `self.model_runner` is the worker's."""
 
+    def rftflow_reload(self, path: str) -> None:
+        """Reload every weight in place from a Hugging Face checkpoint directory."""
+        self.model_runner.reload_weights(weights_path=path)
+        repack_tied(self.model_runner.get_model())
+
     def rftflow_load_file(self, path: str) -> int:
         """Load a staged safetensors file in place; returns its tensor bytes."""
         tensors = load_file(path)
@@ -34,6 +45,7 @@ class WeightWorker:
 
     def _load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
         self.model_runner.reload_weights(weights_iterator=iter(weights))
+        repack_tied(self.model_runner.get_model())
 
     def rftflow_get(self, name: str) -> WireTensor:
         return to_wire(name, read_param(self.model_runner.get_model(), name))
@@ -60,6 +72,24 @@ class WeightWorker:
             total += size
         self._load(received)
         return total
+
+
+def repack_tied(model: torch.nn.Module) -> int:
+    """Rebuild the CPU kernel copy of every layer whose weight another layer shares (a tied LM head) from the
+    shared tensor as it is now; returns how many were rebuilt. Only CPU layers keep such a copy
+    (`cpu_linear`), so on a GPU this does nothing."""
+    holders: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if name.endswith(".weight"):
+            holders.setdefault(id(param), []).append(name.removesuffix(".weight"))
+    repacked = 0
+    for names in holders.values():
+        for layer in (model.get_submodule(name) for name in names) if len(names) > 1 else ():
+            method = getattr(layer, "quant_method", None)
+            if hasattr(layer, "cpu_linear") and method is not None and layer.weight.numel() > 0:
+                method.process_weights_after_loading(layer)
+                repacked += 1
+    return repacked
 
 
 def read_param(model: torch.nn.Module, name: str) -> torch.Tensor:

@@ -14,6 +14,7 @@ import torch
 from integration_settings import BASE
 from mlflow import MlflowClient
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from operators.engine.checkpoints import write_checkpoint
 from operators.engine.transfer import meta_of, open_group, send
@@ -25,6 +26,7 @@ ENGINE_DTYPE = torch.float32  # BASE sets dtype float32 (under dtype auto vLLM o
 VOCAB = 277
 NORM = "model.norm.weight"
 DOWN = "model.layers.1.mlp.down_proj.weight"  # a linear weight: repacked into the CPU kernel
+EMBED = "model.embed_tokens.weight"  # tied: the LM head shares it (tie_word_embeddings)
 GREEDY = {"max_tokens": 6, "temperature": 0.0, "logprobs": 0}
 
 
@@ -35,6 +37,16 @@ def base_state() -> dict[str, torch.Tensor]:
 
 def generate(engines, prompt: str = "12+7=") -> dict:
     return ray.get(engines.handles[0].generate.remote(prompt, GREEDY))
+
+
+def scored_by_transformers(model_dir, prompt_ids: list[int], response_ids: list[int]) -> list[float]:
+    """Each response token's logprob under the checkpoint in `model_dir`, computed by Transformers."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt_ids + response_ids])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+    start = len(prompt_ids) - 1
+    return [logprobs[start + i, token].item() for i, token in enumerate(response_ids)]
 
 
 def flat_logits(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -97,6 +109,31 @@ def test_checkpoint_sync_loads_new_weights_and_generation_follows(engines, base_
         explorer.monitor.run_id, "sync/model_version"
     )
     assert [m.value for m in history] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("method", ["checkpoint", "memory"])
+def test_a_tied_lm_head_scores_with_the_loaded_embeddings(engines, base_state, tmp_path, method):
+    """The tiny models tie the LM head to the input embeddings; vLLM's CPU backend keeps a packed copy of the
+    head, which its in-place reload does not rebuild. The engine's logprobs after a load must be those of the
+    loaded checkpoint (not of the new embeddings under the old head): Transformers scores the same ids."""
+    sync = (f"synchronizer.sync_method={method}", "synchronizer.sync_timeout=120")
+    session = Session(engines, tmp_path, *sync)
+    try:
+        explorer = session.explorer
+        doubled = {**base_state, EMBED: base_state[EMBED] * 2.0}  # the head's logits double; RMSNorm hides
+        # the input side. A checkpoint sync loads this folder; Transformers scores it for both
+        root = explorer.checkpoint_dir if method == "checkpoint" else tmp_path / "scored"
+        folder = write_checkpoint(root, 1, doubled, DEFAULT_MODEL)
+        if method == "memory":
+            payload = {"kind": "memory", "state": [ray.put(doubled)], "meta": meta_of(doubled)}
+            ray.get(explorer.hub.publish.remote(1, payload))
+        assert session.run(explorer.sync_weight()).version == 1
+        after = generate(engines)
+        sample = after["samples"][0]
+        expected = scored_by_transformers(folder, after["prompt_ids"], sample["response_ids"])
+        assert sample["logprobs"] == pytest.approx(expected, abs=1e-3)
+    finally:
+        session.close()
 
 
 def test_truncated_checkpoint_is_refused_and_the_old_weights_stay(engines, base_state, checkpoint_session):
