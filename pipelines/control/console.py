@@ -28,6 +28,10 @@ QUIET_ENV = {
 }
 VERBOSE_ENV = {"VLLM_LOGGING_LEVEL": "INFO"}
 QUIET_VLLM_LEVEL = "ERROR"  # what the engines log at unless VLLM_LOGGING_LEVEL says otherwise
+# vLLM's tool-call parsers log a whole traceback at ERROR for each reply whose call is not valid JSON, then
+# answer with the text as content (a 200): for a policy being trained that is an ordinary sample, recorded as
+# sampled
+TOOL_PARSERS = "vllm.tool_parsers"
 WORKER_HOOK = f"{__name__}.quiet_worker"
 
 
@@ -48,5 +52,9 @@ def worker_env(verbose: bool) -> dict:
 def quiet_worker() -> None:
     """Ray's `worker_process_setup_hook`: the `vllm` logger at `VLLM_LOGGING_LEVEL` (ERROR when unset)
     before vLLM is imported, so the warnings it logs while importing, before its own logging is set up,
-    follow the level it is given too."""
-    logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", QUIET_VLLM_LEVEL).upper())
+    follow the level it is given too. Unless that level is the user's, the tool-call parsers' fallback
+    tracebacks are left out as well."""
+    level = os.environ.get("VLLM_LOGGING_LEVEL")
+    logging.getLogger("vllm").setLevel((level or QUIET_VLLM_LEVEL).upper())
+    if level is None:
+        logging.getLogger(TOOL_PARSERS).setLevel(logging.CRITICAL)

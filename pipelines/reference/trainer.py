@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import pyarrow as pa
 import ray
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as transformers_logging
 
 from operators.actors.names import ACTOR_CALL_S, NAMESPACE, get_within
 from operators.engine.checkpoints import find_checkpoints, tensor_meta, write_checkpoint
@@ -70,6 +71,7 @@ class TrainerOptions:
     experience_buffer: ExperienceBufferConfig | None = None  # default: the run's, from its config.yaml
     lora: LoraConfig | None = None  # train and publish a LoRA adapter (`pipelines.reference.lora_trainer`)
     log: list[dict[str, float]] = field(default_factory=list)
+    echo: bool = True  # each step's metrics as a JSON line (the CLI; beside an explorer they go to MLflow)
 
 
 class Trainer:
@@ -118,7 +120,8 @@ class Trainer:
                 self._publish()
                 metrics["train/model_version"] = float(step)
                 self.options.log.append(metrics)
-                print(json.dumps({"step": step, **metrics}), file=sys.stderr, flush=True)
+                if self.options.echo:
+                    print(json.dumps({"step": step, **metrics}), file=sys.stderr, flush=True)
                 if self._enough():
                     break
         finally:
@@ -233,7 +236,10 @@ class TrainerActor:
     """The trainer as a Ray actor beside the explorer (`explore --with-trainer`); `stop` ends `run`."""
 
     def __init__(self, options: TrainerOptions):
-        self.trainer = Trainer(options)
+        # the explorer's console is its progress bar: the steps' metrics reach it through MLflow
+        # (`metrics_since`), and Transformers' weight-loading bar is not the run's business
+        transformers_logging.disable_progress_bar()
+        self.trainer = Trainer(replace(options, echo=False))
 
     def run(self) -> dict[str, Any]:
         version = self.trainer.run()

@@ -24,10 +24,11 @@ def clean_env(monkeypatch):
 
 @pytest.fixture
 def vllm_logger():
-    logger = logging.getLogger("vllm")
-    saved = logger.level
+    logger, parsers = logging.getLogger("vllm"), logging.getLogger(console.TOOL_PARSERS)
+    saved = logger.level, parsers.level
     yield logger
-    logger.setLevel(saved)
+    logger.setLevel(saved[0])
+    parsers.setLevel(saved[1])
 
 
 def test_quiet_defaults_reach_the_driver_and_the_workers(clean_env):
@@ -66,3 +67,12 @@ def test_the_worker_hook_follows_vllm_logging_level(clean_env, vllm_logger):
     clean_env.setenv("VLLM_LOGGING_LEVEL", "info")
     console.quiet_worker()
     assert logging.getLogger("vllm.triton_utils.importing").isEnabledFor(logging.INFO)
+    assert logging.getLogger("vllm.tool_parsers.hermes_tool_parser").isEnabledFor(logging.ERROR)
+
+
+def test_the_worker_hook_leaves_out_the_tool_parsers_fallback_tracebacks(clean_env, vllm_logger):
+    """A malformed call sampled by the model is answered as text; its traceback is not the run's error."""
+    parser = logging.getLogger("vllm.tool_parsers.hermes_tool_parser")
+    console.quiet_worker()
+    assert not parser.isEnabledFor(logging.ERROR)
+    assert logging.getLogger("vllm.v1.engine").isEnabledFor(logging.ERROR)
