@@ -52,9 +52,9 @@ def worker_env(verbose: bool) -> dict:
 def quiet_worker() -> None:
     """Ray's `worker_process_setup_hook`: the `vllm` logger at `VLLM_LOGGING_LEVEL` (ERROR when unset)
     before vLLM is imported, so the warnings it logs while importing, before its own logging is set up,
-    follow the level it is given too. Unless that level is the user's, the tool-call parsers' fallback
-    tracebacks are left out as well."""
-    level = os.environ.get("VLLM_LOGGING_LEVEL")
-    logging.getLogger("vllm").setLevel((level or QUIET_VLLM_LEVEL).upper())
-    if level is None:
+    follow the level it is given too. At the quiet level the tool-call parsers' fallback tracebacks are left
+    out as well (the engines are launched with `VLLM_LOGGING_LEVEL=ERROR` unless the user set it)."""
+    level = os.environ.get("VLLM_LOGGING_LEVEL", QUIET_VLLM_LEVEL).upper()
+    logging.getLogger("vllm").setLevel(level)
+    if level in (QUIET_VLLM_LEVEL, "CRITICAL"):
         logging.getLogger(TOOL_PARSERS).setLevel(logging.CRITICAL)

@@ -73,6 +73,7 @@ def test_the_worker_hook_follows_vllm_logging_level(clean_env, vllm_logger):
 def test_the_worker_hook_leaves_out_the_tool_parsers_fallback_tracebacks(clean_env, vllm_logger):
     """A malformed call sampled by the model is answered as text; its traceback is not the run's error."""
     parser = logging.getLogger("vllm.tool_parsers.hermes_tool_parser")
+    clean_env.setenv("VLLM_LOGGING_LEVEL", "ERROR")  # as the engines are launched (pipelines.control.launch)
     console.quiet_worker()
     assert not parser.isEnabledFor(logging.ERROR)
     assert logging.getLogger("vllm.v1.engine").isEnabledFor(logging.ERROR)
