@@ -74,22 +74,19 @@ class WeightWorker:
         return total
 
 
-def repack_tied(model: torch.nn.Module) -> int:
+def repack_tied(model: torch.nn.Module) -> None:
     """Rebuild the CPU kernel copy of every layer whose weight another layer shares (a tied LM head) from the
-    shared tensor as it is now; returns how many were rebuilt. Only CPU layers keep such a copy
-    (`cpu_linear`), so on a GPU this does nothing."""
+    shared tensor as it is now. Only CPU layers keep such a copy (`cpu_linear`), so on a GPU this does
+    nothing; on CPU it costs 0.07-0.13 s for a 128k-152k vocabulary head."""
     holders: dict[int, list[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         if name.endswith(".weight"):
             holders.setdefault(id(param), []).append(name.removesuffix(".weight"))
-    repacked = 0
     for names in holders.values():
         for layer in (model.get_submodule(name) for name in names) if len(names) > 1 else ():
             method = getattr(layer, "quant_method", None)
             if hasattr(layer, "cpu_linear") and method is not None and layer.weight.numel() > 0:
                 method.process_weights_after_loading(layer)
-                repacked += 1
-    return repacked
 
 
 def read_param(model: torch.nn.Module, name: str) -> torch.Tensor:

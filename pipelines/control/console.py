@@ -14,6 +14,7 @@ Kept to the standard library: Ray imports this module in every worker process.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -28,10 +29,7 @@ QUIET_ENV = {
 }
 VERBOSE_ENV = {"VLLM_LOGGING_LEVEL": "INFO"}
 QUIET_VLLM_LEVEL = "ERROR"  # what the engines log at unless VLLM_LOGGING_LEVEL says otherwise
-# vLLM's tool-call parsers log a whole traceback at ERROR for each reply whose call is not valid JSON, then
-# answer with the text as content (a 200): for a policy being trained that is an ordinary sample, recorded as
-# sampled
-TOOL_PARSERS = "vllm.tool_parsers"
+TOOL_PARSERS = "vllm.tool_parsers"  # the package of vLLM's tool-call parsers, one logger per module
 WORKER_HOOK = f"{__name__}.quiet_worker"
 
 
@@ -57,4 +55,27 @@ def quiet_worker() -> None:
     level = os.environ.get("VLLM_LOGGING_LEVEL", QUIET_VLLM_LEVEL).upper()
     logging.getLogger("vllm").setLevel(level)
     if level in (QUIET_VLLM_LEVEL, "CRITICAL"):
-        logging.getLogger(TOOL_PARSERS).setLevel(logging.CRITICAL)
+        for name in tool_parser_loggers():
+            logging.getLogger(name).addFilter(ParserFallbacks())
+
+
+class ParserFallbacks(logging.Filter):
+    """Drops a tool-call parser's ERROR records. vLLM's parsers log one, with a whole traceback, for each
+    reply whose call is not valid JSON, and then answer with the text as content (a 200): for a policy in
+    training that is an ordinary sample, recorded as sampled, not the run's error.
+
+    A filter on each parser's own logger, because vLLM reapplies its logging configuration when an engine
+    starts, which resets the levels of the `vllm` logger's children (a filter stays)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno != logging.ERROR
+
+
+def tool_parser_loggers() -> list[str]:
+    """The logger names of vLLM's tool-parser modules, found on disk without importing vLLM."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folder = Path(next(iter(spec.submodule_search_locations))) / TOOL_PARSERS.split(".", 1)[1]
+    modules = (module.stem for module in folder.glob("*.py") if module.stem != "__init__")
+    return sorted(f"{TOOL_PARSERS}.{stem}" for stem in modules)

@@ -4,7 +4,9 @@ import-time warnings."""
 
 from __future__ import annotations
 
+import json
 import logging
+import logging.config
 from pathlib import Path
 
 import pytest
@@ -22,13 +24,18 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
+HERMES = "vllm.tool_parsers.hermes_tool_parser"
+
+
 @pytest.fixture
 def vllm_logger():
-    logger, parsers = logging.getLogger("vllm"), logging.getLogger(console.TOOL_PARSERS)
-    saved = logger.level, parsers.level
+    logger, parser = logging.getLogger("vllm"), logging.getLogger(HERMES)
+    saved = logger.level, list(logger.handlers), logger.propagate, list(parser.filters)
     yield logger
     logger.setLevel(saved[0])
-    parsers.setLevel(saved[1])
+    logger.handlers[:] = saved[1]
+    logger.propagate = saved[2]
+    parser.filters[:] = saved[3]
 
 
 def test_quiet_defaults_reach_the_driver_and_the_workers(clean_env):
@@ -67,13 +74,26 @@ def test_the_worker_hook_follows_vllm_logging_level(clean_env, vllm_logger):
     clean_env.setenv("VLLM_LOGGING_LEVEL", "info")
     console.quiet_worker()
     assert logging.getLogger("vllm.triton_utils.importing").isEnabledFor(logging.INFO)
-    assert logging.getLogger("vllm.tool_parsers.hermes_tool_parser").isEnabledFor(logging.ERROR)
+    assert logging.getLogger(HERMES).filters == []
 
 
 def test_the_worker_hook_leaves_out_the_tool_parsers_fallback_tracebacks(clean_env, vllm_logger):
-    """A malformed call sampled by the model is answered as text; its traceback is not the run's error."""
-    parser = logging.getLogger("vllm.tool_parsers.hermes_tool_parser")
+    """A malformed call sampled by the model is answered as text; its traceback is not the run's error. The
+    filter must outlast vLLM's own logging configuration, which it reapplies as an engine starts."""
     clean_env.setenv("VLLM_LOGGING_LEVEL", "ERROR")  # as the engines are launched (pipelines.control.launch)
     console.quiet_worker()
-    assert not parser.isEnabledFor(logging.ERROR)
-    assert logging.getLogger("vllm.v1.engine").isEnabledFor(logging.ERROR)
+    assert HERMES in console.tool_parser_loggers()
+    logging.config.dictConfig({"version": 1, "disable_existing_loggers": False, "loggers": {"vllm": {}}})
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    vllm_logger.addHandler(handler)
+    try:
+        try:
+            json.loads('{"name": "calculator", "arguments": {"expression": "69')
+        except ValueError:
+            logging.getLogger(HERMES).exception("Error in extracting tool call from response.")
+        logging.getLogger("vllm.v1.engine.core").error("a real engine error")
+    finally:
+        vllm_logger.removeHandler(handler)
+    assert [record.getMessage() for record in seen] == ["a real engine error"]
