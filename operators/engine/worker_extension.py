@@ -13,6 +13,8 @@ the old head while embedding with the new one: a policy that is neither version.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from safetensors.torch import load_file
 
@@ -34,8 +36,7 @@ class WeightWorker:
 
     def rftflow_reload(self, path: str) -> None:
         """Reload every weight in place from a Hugging Face checkpoint directory."""
-        self.model_runner.reload_weights(weights_path=path)
-        repack_tied(self.model_runner.get_model())
+        self._reload(weights_path=path)
 
     def rftflow_load_file(self, path: str) -> int:
         """Load a staged safetensors file in place; returns its tensor bytes."""
@@ -44,7 +45,12 @@ class WeightWorker:
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
     def _load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        self.model_runner.reload_weights(weights_iterator=iter(weights))
+        self._reload(weights_iterator=iter(weights))
+
+    def _reload(self, **source: Any) -> None:
+        """Every load's one way in: vLLM's in-place reload from `source` (a path or tensors), then the repack
+        it leaves undone."""
+        self.model_runner.reload_weights(**source)
         repack_tied(self.model_runner.get_model())
 
     def rftflow_get(self, name: str) -> WireTensor:

@@ -20,6 +20,7 @@ from operators.engine.checkpoints import write_checkpoint
 from operators.engine.transfer import meta_of, open_group, send
 from pipelines.explore import explore
 from pipelines.explorer import Explorer
+from pipelines.reference.grpo import token_logprobs
 from schemas.config import DEFAULT_MODEL, load_config
 
 ENGINE_DTYPE = torch.float32  # BASE sets dtype float32 (under dtype auto vLLM on CPU would use bfloat16)
@@ -40,13 +41,13 @@ def generate(engines, prompt: str = "12+7=") -> dict:
 
 
 def scored_by_transformers(model_dir, prompt_ids: list[int], response_ids: list[int]) -> list[float]:
-    """Each response token's logprob under the checkpoint in `model_dir`, computed by Transformers."""
+    """Each response token's logprob under the checkpoint in `model_dir`, as the reference trainer scores it
+    (Transformers)."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = torch.tensor([prompt_ids + response_ids])
     with torch.no_grad():
-        logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
-    start = len(prompt_ids) - 1
-    return [logprobs[start + i, token].item() for i, token in enumerate(response_ids)]
+        logprobs = token_logprobs(model, ids, torch.ones_like(ids))
+    return logprobs[0, len(prompt_ids) :].tolist()
 
 
 def flat_logits(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
